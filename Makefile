@@ -1,0 +1,132 @@
+# salloc: one non-recursive Makefile, no configure step.
+#
+#   make                 lib/libsalloc.so (+ soname links) and lib/libsalloc.a
+#   make test            every test (unit, stress, integration); ends with cmocka's summary
+#   make test-tsan       the stress tests built with -fsanitize=thread
+#   make bench           bench/bin/bench_core (google benchmark)
+#   make bench-compare   salloc vs glibc, jemalloc, tcmalloc, mimalloc
+#   make size-classes    regenerate size_classes/size_classes.h
+#   make install         PREFIX=/usr/local DESTDIR=
+#   make SA_DEBUG=1      library with deep invariant checks on slow paths
+
+VERSION      := 0.1.0
+SOMAJOR      := 0
+PREFIX       ?= /usr/local
+DESTDIR      ?=
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+CC      ?= cc
+CXX     ?= c++
+SA_DEBUG ?= 0
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+# -fno-builtin-*: the compiler must not turn our own code into calls to
+# malloc/calloc (e.g. malloc + memset -> calloc), which would recurse.
+LIBFLAGS := -std=gnu11 -O2 -g $(WARN) -fPIC -pthread -fvisibility=hidden \
+            -ftls-model=initial-exec -fno-plt \
+            -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
+TESTFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -Iinclude -Isrc
+
+SRCS := $(wildcard src/*.c)
+LIB_OBJS  := $(SRCS:src/%.c=build/lib/%.o)
+TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
+
+SONAME := libsalloc.so.$(SOMAJOR)
+SHLIB  := lib/libsalloc.so.$(VERSION)
+
+all: $(SHLIB) lib/libsalloc.so lib/libsalloc.a
+
+build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/lib
+	$(CC) $(LIBFLAGS) -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@
+
+# Test builds: the same sources with the OS seam writable (SA_TESTING) and
+# invariant checks on, archived so unit tests reach internals.
+build/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/test
+	$(CC) $(LIBFLAGS) -DSA_TESTING -DSA_DEBUG_BUILD=1 -c $< -o $@
+
+$(SHLIB): $(LIB_OBJS) | lib
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -pthread \
+	    $(LDFLAGS) -o $@ $(LIB_OBJS)
+
+lib/libsalloc.so: $(SHLIB)
+	ln -sf libsalloc.so.$(VERSION) lib/$(SONAME)
+	ln -sf $(SONAME) $@
+
+lib/libsalloc.a: $(LIB_OBJS) | lib
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+
+build/libsalloc_test.a: $(TEST_OBJS)
+	rm -f $@ && ar rcs $@ $(TEST_OBJS)
+
+build/lib build/test build/bin lib test/bin bench/bin:
+	mkdir -p $@
+
+# ---- size classes ----
+build/bin/gen_size_classes: size_classes/gen_size_classes.c | build/bin
+	$(CC) -std=gnu11 -O2 $(WARN) -o $@ $<
+
+size-classes: build/bin/gen_size_classes
+	$< > size_classes/size_classes.h.new && mv size_classes/size_classes.h.new size_classes/size_classes.h
+
+# ---- tests ----
+UNIT_TESTS  := $(patsubst test/unit/%.c,test/bin/%,$(wildcard test/unit/test_*.c))
+STRESS_TESTS := $(patsubst test/stress/%.c,test/bin/%,$(wildcard test/stress/test_*.c))
+INTEG_TESTS := $(patsubst test/integration/%.c,test/bin/%,$(wildcard test/integration/test_*.c))
+
+# Unit tests link the test archive: salloc is their malloc, internals included.
+$(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h build/libsalloc_test.a | test/bin
+	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka
+
+# Stress and integration tests use only the public API; they run with salloc
+# preloaded, so the same binary can be compared against other allocators.
+$(STRESS_TESTS) $(INTEG_TESTS): test/bin/%: test/*/%.c | test/bin
+	$(CC) $(TESTFLAGS) -o $@ $(filter %.c,$^) -lcmocka
+
+test/bin/cxx_threads: test/integration/cxx_threads.cc | test/bin
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
+
+test/bin/test_tsan_stress: test/stress/test_stress.c | test/bin
+	$(CC) $(TESTFLAGS) -fsanitize=thread -o $@ $< -lcmocka
+
+TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
+            SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
+
+test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) test/bin/cxx_threads
+	@sh test/check_exports.sh lib/libsalloc.so
+	@fail=0; \
+	for t in $(UNIT_TESTS); do \
+	    echo "== $$t"; $(TEST_ENV) $$t || fail=1; \
+	done; \
+	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
+	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
+	done; \
+	exit $$fail
+
+test-tsan: test/bin/test_tsan_stress
+	STRESS_SECONDS=2 test/bin/test_tsan_stress
+
+# ---- benchmarks ----
+BENCH_C  := $(wildcard bench/*.c)
+
+.PHONY: all test test-tsan size-classes install clean bench bench-compare
+
+# ---- install ----
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsalloc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libsalloc.so
+	install -m 644 lib/libsalloc.a $(DESTDIR)$(LIBDIR)/
+	install -m 644 include/salloc.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 man/salloc.3 $(DESTDIR)$(MANDIR)/man3/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	    'Name: salloc' 'Description: memory allocator with built-in heap profiling' \
+	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lsalloc' 'Libs.private: -pthread' \
+	    'Cflags: -I$${includedir}' > $(DESTDIR)$(PKGCONFIGDIR)/salloc.pc
+
+clean:
+	rm -rf build lib test/bin bench/bin

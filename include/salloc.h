@@ -1,0 +1,49 @@
+/*
+ * salloc.h: the public interface of salloc, a general-purpose memory
+ * allocator for Linux (see salloc(3)).
+ *
+ * salloc replaces the standard allocation functions: preload it
+ * (LD_PRELOAD=libsalloc.so) or link with -lsalloc, and every malloc in the
+ * process is salloc's.  This header declares them all, including the ones
+ * older C libraries lack (free_sized, free_aligned_sized).
+ */
+#ifndef SALLOC_H
+#define SALLOC_H
+
+#include <stddef.h>
+
+#define SALLOC_VERSION "0.1.0"
+#define SALLOC_VERSION_MAJOR 0
+#define SALLOC_VERSION_MINOR 1
+#define SALLOC_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#define SALLOC_NOTHROW noexcept(true)
+#else
+#define SALLOC_NOTHROW __attribute__((nothrow))
+#endif
+
+/* ISO C */
+void *malloc(size_t size) SALLOC_NOTHROW;
+void free(void *ptr) SALLOC_NOTHROW;
+void *calloc(size_t nmemb, size_t size) SALLOC_NOTHROW;
+void *realloc(void *ptr, size_t size) SALLOC_NOTHROW;
+void *aligned_alloc(size_t alignment, size_t size) SALLOC_NOTHROW;
+void free_sized(void *ptr, size_t size) SALLOC_NOTHROW;
+void free_aligned_sized(void *ptr, size_t alignment, size_t size) SALLOC_NOTHROW;
+
+/* POSIX and common extensions */
+int posix_memalign(void **memptr, size_t alignment, size_t size) SALLOC_NOTHROW;
+void *reallocarray(void *ptr, size_t nmemb, size_t size) SALLOC_NOTHROW;
+void *memalign(size_t alignment, size_t size) SALLOC_NOTHROW;
+void *valloc(size_t size) SALLOC_NOTHROW;
+void *pvalloc(size_t size) SALLOC_NOTHROW;
+size_t malloc_usable_size(void *ptr) SALLOC_NOTHROW;
+int malloc_trim(size_t pad) SALLOC_NOTHROW;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * central.h: per size class, the spans that still have free objects, and
+ * batches of objects moved to and from thread caches.
+ *
+ * One lock per class (LOCK_RANK_CENTRAL); a thread never holds two.  Under
+ * it this layer may call the page heap (a new span, or an empty one given
+ * back).  Objects travel as chains linked through their first word, so a
+ * batch costs one lock round trip whatever its length.
+ */
+#ifndef SA_CENTRAL_H
+#define SA_CENTRAL_H
+
+#include <stddef.h>
+
+/* Takes up to `want` (>= 1) objects of class `cls`: returns how many, chained
+ * from *head through word 0 with *tail the last (its word 0 is undefined).
+ * Returns 0 only when the page heap is out of memory (errno ENOMEM). */
+unsigned central_alloc_batch(unsigned cls, unsigned want, void **head, void **tail);
+
+/* Gives back `n` objects of class `cls` chained from `head` through word 0
+ * (the last one's link is ignored). */
+void central_free_batch(unsigned cls, void *head, unsigned n);
+
+/* Gives every class's kept empty span back to the page heap (malloc_trim). */
+void central_release_empty(void);
+
+struct central_stats {
+    size_t spans;     /* small spans owned by the class */
+    size_t allocated; /* objects out of the central list (caches + user) */
+};
+void central_get_stats(unsigned cls, struct central_stats *st);
+
+/* Checks every span of the class (tests, SA_DEBUG): counts, free lists
+ * inside the span, list membership.  Aborts on the first broken one. */
+void central_check(unsigned cls);
+
+/* fork.c: all class locks in class order, and back. */
+void central_prefork(void);
+void central_postfork_parent(void);
+void central_postfork_child(void);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * fork.c: pthread_atfork handlers (see fork.h).
+ */
+#include "fork.h"
+
+#include <pthread.h>
+
+#include "central.h"
+#include "init.h"
+#include "meta.h"
+#include "pageheap.h"
+#include "tcache.h"
+
+static void prefork(void)
+{
+    tcache_prefork();
+    central_prefork();
+    pageheap_prefork();
+    meta_prefork();
+}
+
+static void postfork_parent(void)
+{
+    meta_postfork_parent();
+    pageheap_postfork_parent();
+    central_postfork_parent();
+    tcache_postfork_parent();
+}
+
+static void postfork_child(void)
+{
+    meta_postfork_child();
+    pageheap_postfork_child();
+    central_postfork_child();
+    tcache_postfork_child(init_current_cache());
+}
+
+void fork_init(void)
+{
+    pthread_atfork(prefork, postfork_parent, postfork_child);
+}

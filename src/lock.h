@@ -1,0 +1,69 @@
+/*
+ * lock.h: salloc's mutex and the one place that states the lock order.
+ *
+ * Every lock has a rank; a thread may only take a lock of a higher rank than
+ * any it already holds.  Debug builds check this on every acquire (a
+ * per-thread bitmask of held ranks), so an inversion fails loudly in tests
+ * instead of deadlocking in production.
+ *
+ * Order (take top first):
+ *   LOCK_RANK_INIT      bootstrap (init.c)
+ *   LOCK_RANK_TCACHES   the list of all thread caches (tcache.c)
+ *   LOCK_RANK_CENTRAL   one per size class (central.c); never two at once
+ *   LOCK_RANK_PAGEHEAP  the page heap and pagemap writers (pageheap.c)
+ *   LOCK_RANK_META      salloc's metadata chunks (meta.c)
+ *
+ * The lock is a pthread mutex: it never allocates, parks waiters in the
+ * kernel instead of spinning on a 2-core machine, and fork.c can reinitialise
+ * it in a child.
+ */
+#ifndef SA_LOCK_H
+#define SA_LOCK_H
+
+#include <pthread.h>
+
+#include "util.h"
+
+enum lock_rank {
+    LOCK_RANK_INIT = 1,
+    LOCK_RANK_TCACHES,
+    LOCK_RANK_CENTRAL,
+    LOCK_RANK_PAGEHEAP,
+    LOCK_RANK_META,
+};
+
+typedef struct sa_lock {
+    pthread_mutex_t mutex;
+    enum lock_rank rank;
+} sa_lock_t;
+
+#define SA_LOCK_INITIALIZER(r) { PTHREAD_MUTEX_INITIALIZER, (r) }
+
+/* Debug-only bookkeeping of the ranks this thread holds (lock.c). */
+void lock_rank_acquire(enum lock_rank rank);
+void lock_rank_release(enum lock_rank rank);
+
+static inline void sa_lock(sa_lock_t *l)
+{
+    if (SA_DEBUG)
+        lock_rank_acquire(l->rank);
+    pthread_mutex_lock(&l->mutex);
+}
+
+static inline void sa_unlock(sa_lock_t *l)
+{
+    pthread_mutex_unlock(&l->mutex);
+    if (SA_DEBUG)
+        lock_rank_release(l->rank);
+}
+
+/* After fork(), in the child: the lock was held by the forking thread (in
+ * fork.c's prepare handler); make it a fresh, unlocked mutex. */
+static inline void sa_lock_reinit(sa_lock_t *l)
+{
+    pthread_mutex_init(&l->mutex, NULL);
+    if (SA_DEBUG)
+        lock_rank_release(l->rank);
+}
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * log.h: formatting and messages without malloc.  Everything here writes to
+ * a caller's buffer or straight to fd 2 with write(2), so it is safe inside
+ * the allocator, with locks held, in a fork child or before initialisation.
+ *
+ * Formats understood: %s %c %d %ld %lld %u %lu %llu %zu %zd %x %lx %zx %p %%.
+ * No widths or flags: salloc's messages do not need them.
+ */
+#ifndef SA_LOG_H
+#define SA_LOG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "util.h"
+
+/* Like vsnprintf: always NUL-terminates when size > 0; returns the length
+ * written (truncated output is cut silently). */
+size_t sa_vformat(char *buf, size_t size, const char *fmt, va_list ap);
+size_t sa_format(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* One line to stderr, prefixed "salloc: " and ended with a newline. */
+void sa_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* sa_message, then abort(): for heap corruption and misuse that salloc
+ * must not survive (an invalid free, a broken invariant). */
+SA_NORETURN void sa_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Checked only when it is cheap or in SA_DEBUG builds; names the file/line. */
+#define SA_ASSERT(cond)                                                        \
+    do {                                                                       \
+        if (SA_DEBUG && unlikely(!(cond)))                                     \
+            sa_fatal("assertion failed: %s (%s:%d)", #cond, __FILE__, __LINE__); \
+    } while (0)
+
+#endif

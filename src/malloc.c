@@ -1,0 +1,294 @@
+/*
+ * malloc.c: every public allocation function, built on fastpath.h, and the
+ * two slow functions the fast paths call.
+ *
+ * Semantics follow glibc where programs depend on it, C and POSIX elsewhere
+ * (man/salloc.3, "STANDARDS AND CHOICES", lists each choice):
+ *   - malloc(0) returns a unique pointer (usable size 8), as glibc does.
+ *   - realloc(p, 0) with p != NULL frees p and returns NULL, as glibc does;
+ *     realloc(NULL, n) is malloc(n).
+ *   - Failure: NULL with errno ENOMEM, also for sizes whose arithmetic
+ *     overflows (calloc, reallocarray, pvalloc).
+ *   - aligned_alloc and memalign reject an alignment that is not a power of
+ *     two with EINVAL (glibc's memalign would round it up); posix_memalign
+ *     returns EINVAL also for one smaller than sizeof(void *), and leaves
+ *     errno alone.
+ *   - free() of a pointer salloc did not return, when it can tell (not in
+ *     any span, or not the start of a large allocation), prints
+ *     "salloc: free(): invalid pointer 0x..." and aborts.
+ *
+ * Never takes a lock itself; everything below the fast path does.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "../include/salloc.h"
+#include "central.h"
+#include "fastpath.h"
+#include "init.h"
+#include "log.h"
+#include "os.h"
+#include "pageheap.h"
+
+/* ---- slow paths ---- */
+
+SA_SLOW_PATH SA_NORETURN static void invalid_pointer(const char *fn, const void *p)
+{
+    sa_fatal("%s(): invalid pointer %p", fn, p);
+}
+
+/* An object of class `cls` when its list in this thread is empty (or the
+ * thread has no cache yet, or must go uncached). */
+SA_SLOW_PATH static void *alloc_small_slow(unsigned cls)
+{
+    struct tcache *tc = init_thread_cache();
+    void *obj, *tail;
+    if (tc) {
+        struct tcache_bin *bin = &tc->bins[cls];
+        if ((obj = bin->head)) { /* a cache just created for this thread */
+            bin->head = *(void **)obj;
+            bin->count--;
+            return obj;
+        }
+        obj = tcache_refill(tc, cls);
+    } else if (!central_alloc_batch(cls, 1, &obj, &tail)) {
+        obj = NULL;
+    }
+    if (!obj)
+        errno = ENOMEM;
+    return obj;
+}
+
+/* A large allocation: its own span of whole pages.  *zeroed says whether
+ * its memory is known to be zero (fresh or purged pages). */
+static void *alloc_large(size_t size, size_t align, bool *zeroed)
+{
+    size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
+    struct span *s = pageheap_alloc(sa_pages_for(size), align_pages, 0, zeroed);
+    if (!s) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return (void *)s->start;
+}
+
+SA_SLOW_PATH void *malloc_slow(size_t size)
+{
+    if (size <= SA_MAX_SMALL)
+        return alloc_small_slow(sizeclass_of(size));
+    return alloc_large(size, 1, NULL);
+}
+
+SA_SLOW_PATH void free_slow(void *p, unsigned cls)
+{
+    if (cls == 0) {
+        if (p && !pageheap_free_large(p))
+            invalid_pointer("free", p);
+        return;
+    }
+    struct tcache *tc = init_thread_cache();
+    if (!tc) {
+        central_free_batch(cls, p, 1);
+        return;
+    }
+    struct tcache_bin *bin = &tc->bins[cls];
+    if (bin->count < bin->max) { /* a cache just created for this thread */
+        *(void **)p = bin->head;
+        bin->head = p;
+        bin->count++;
+        return;
+    }
+    tcache_overflow(tc, cls, p);
+}
+
+/* ---- helpers shared by the entry points ---- */
+
+/* An object of a given class: the fast pop, else the slow path. */
+static inline void *alloc_class(unsigned cls)
+{
+    struct tcache_bin *bin = &tcache_get()->bins[cls];
+    void *obj = bin->head;
+    if (likely(obj != NULL)) {
+        bin->head = *(void **)obj;
+        bin->count--;
+        return obj;
+    }
+    return alloc_small_slow(cls);
+}
+
+/* `size` bytes aligned to `align` (a power of two). */
+static void *alloc_aligned(size_t align, size_t size)
+{
+    if (align <= 16) /* every class from 16 up is 16-aligned; 8 is 8-aligned */
+        return fast_malloc(align == 16 && size < 16 ? 16 : size);
+    if (size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE) {
+        unsigned cls = sizeclass_aligned(size, align);
+        if (cls)
+            return alloc_class(cls);
+    }
+    return alloc_large(size ? size : 1, align, NULL);
+}
+
+/* Usable size of a live allocation; aborts naming `fn` on a foreign one. */
+static size_t usable_size(const void *p, const char *fn)
+{
+    unsigned cls = pagemap_class(p);
+    if (cls)
+        return sizeclass_size(cls);
+    struct span *s = pageheap_large_span(p);
+    if (!s)
+        invalid_pointer(fn, p);
+    return s->npages << SA_PAGE_SHIFT;
+}
+
+/* Tries to resize the allocation at `p` (usable size `old`) to `n` bytes
+ * without moving it. */
+static bool resize_in_place(void *p, size_t old, size_t n)
+{
+    if (n <= SA_MAX_SMALL)
+        /* Keep a small object unless a smaller class would save over half. */
+        return old <= SA_MAX_SMALL && n <= old &&
+               (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
+    if (old <= SA_MAX_SMALL)
+        return false;
+    struct span *s = pageheap_large_span(p);
+    size_t pages = sa_pages_for(n);
+    if (pages == s->npages)
+        return true;
+    if (pages < s->npages) {
+        pageheap_shrink(s, pages);
+        return true;
+    }
+    return pageheap_grow_in_place(s, pages);
+}
+
+/* ---- the public functions ---- */
+
+SA_EXPORT void *malloc(size_t size)
+{
+    return fast_malloc(size);
+}
+
+SA_EXPORT void free(void *p)
+{
+    fast_free(p);
+}
+
+SA_EXPORT void *calloc(size_t nmemb, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(nmemb, size, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (bytes <= SA_MAX_SMALL) {
+        void *p = fast_malloc(bytes);
+        if (p)
+            memset(p, 0, bytes);
+        return p;
+    }
+    bool zeroed = false;
+    void *p = alloc_large(bytes, 1, &zeroed);
+    if (p && !zeroed)
+        memset(p, 0, bytes);
+    return p;
+}
+
+SA_EXPORT void *realloc(void *p, size_t n)
+{
+    if (!p)
+        return fast_malloc(n);
+    if (n == 0) {
+        fast_free(p);
+        return NULL;
+    }
+    size_t old = usable_size(p, "realloc");
+    if (resize_in_place(p, old, n))
+        return p;
+    void *q = fast_malloc(n);
+    if (!q)
+        return NULL; /* errno is ENOMEM; p is untouched */
+    memcpy(q, p, old < n ? old : n);
+    fast_free(p);
+    return q;
+}
+
+SA_EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(nmemb, size, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, bytes);
+}
+
+SA_EXPORT void *aligned_alloc(size_t align, size_t size)
+{
+    if (!sa_is_pow2(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return alloc_aligned(align, size);
+}
+
+SA_EXPORT void *memalign(size_t align, size_t size)
+{
+    return aligned_alloc(align, size);
+}
+
+SA_EXPORT int posix_memalign(void **memptr, size_t align, size_t size)
+{
+    if (!sa_is_pow2(align) || align < sizeof(void *))
+        return EINVAL;
+    int saved = errno;
+    void *p = alloc_aligned(align, size);
+    errno = saved;
+    if (!p)
+        return ENOMEM;
+    *memptr = p;
+    return 0;
+}
+
+SA_EXPORT void *valloc(size_t size)
+{
+    return alloc_aligned(os_page_size(), size);
+}
+
+SA_EXPORT void *pvalloc(size_t size)
+{
+    size_t page = os_page_size();
+    if (size > SIZE_MAX - page) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return alloc_aligned(page, sa_align_up(size ? size : 1, page));
+}
+
+SA_EXPORT size_t malloc_usable_size(void *p)
+{
+    return p ? usable_size(p, "malloc_usable_size") : 0;
+}
+
+SA_EXPORT void free_sized(void *p, size_t size)
+{
+    (void)size; /* the pagemap lookup is as cheap as checking the size */
+    fast_free(p);
+}
+
+SA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
+{
+    (void)align;
+    (void)size;
+    fast_free(p);
+}
+
+SA_EXPORT int malloc_trim(size_t pad)
+{
+    (void)pad; /* salloc has no top-of-heap to keep padding at */
+    struct tcache *tc = init_current_cache();
+    if (tc)
+        tcache_flush_all(tc);
+    central_release_empty();
+    return pageheap_purge() > 0;
+}

@@ -1,0 +1,76 @@
+/*
+ * os.c: mmap, munmap, madvise and the clock (see os.h for the contracts).
+ */
+#define _GNU_SOURCE
+#include "os.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise};
+
+static void *map_raw(size_t len)
+{
+    void *p = os_syscalls.mmap(NULL, len, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return p;
+}
+
+void *os_map(size_t len, size_t align)
+{
+    size_t page = os_page_size();
+    if (align <= page)
+        return map_raw(len);
+    if (len > SIZE_MAX - align)
+        return errno = ENOMEM, NULL;
+    /* Over-map by the alignment and trim both ends: the kernel has no
+     * aligned mmap, and the trimmed ends go back at once. */
+    char *raw = map_raw(len + align);
+    if (!raw)
+        return NULL;
+    char *start = (char *)sa_align_up((uintptr_t)raw, align);
+    if (start > raw)
+        os_syscalls.munmap(raw, (size_t)(start - raw));
+    size_t tail = (size_t)(raw + len + align - (start + len));
+    if (tail)
+        os_syscalls.munmap(start + len, tail);
+    return start;
+}
+
+void os_unmap(void *addr, size_t len)
+{
+    os_syscalls.munmap(addr, len);
+}
+
+bool os_purge(void *addr, size_t len)
+{
+    return os_syscalls.madvise(addr, len, MADV_DONTNEED) == 0;
+}
+
+void os_nohugepage(void *addr, size_t len)
+{
+    os_syscalls.madvise(addr, len, MADV_NOHUGEPAGE);
+}
+
+size_t os_page_size(void)
+{
+    static size_t page;
+    if (!page)
+        page = (size_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+uint64_t os_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

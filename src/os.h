@@ -1,0 +1,57 @@
+/*
+ * os.h: the only layer that talks to the kernel about memory and time.
+ * Nothing else in salloc includes <sys/mman.h> or calls mmap/madvise.
+ *
+ * Every primitive is safe to call with any salloc lock held: none allocates
+ * or takes a lock.  Failures come back as NULL/false with errno set by the
+ * kernel (ENOMEM for maps); none aborts.
+ *
+ * Test seam: the syscalls go through `os_syscalls`, a table that is const in
+ * the library and writable in test builds (SA_TESTING), so tests can make
+ * mmap fail without touching the rest of the code.
+ */
+#ifndef SA_OS_H
+#define SA_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef SA_TESTING
+#define SA_TEST_MUTABLE
+#else
+#define SA_TEST_MUTABLE const
+#endif
+
+struct os_syscalls {
+    void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+    int (*munmap)(void *addr, size_t len);
+    int (*madvise)(void *addr, size_t len, int advice);
+};
+extern SA_TEST_MUTABLE struct os_syscalls os_syscalls;
+
+/* Fresh zeroed read-write memory of `len` bytes (a multiple of the OS page),
+ * aligned to `align` (a power of two, at least the OS page).  Reserved
+ * lazily: untouched pages cost no resident memory.  NULL + ENOMEM on failure. */
+void *os_map(size_t len, size_t align);
+
+/* Gives the range back to the kernel entirely. */
+void os_unmap(void *addr, size_t len);
+
+/* Drops the contents of whole OS pages in the range (MADV_DONTNEED): they stay
+ * mapped, read back as zeros and cost no resident memory until touched.
+ * Returns false if the kernel refused. */
+bool os_purge(void *addr, size_t len);
+
+/* Asks the kernel not to back the range with transparent huge pages, so that
+ * residency per OS page stays exact (sampled allocations). */
+void os_nohugepage(void *addr, size_t len);
+
+/* The kernel's page size (4 KiB on x86-64), read once. */
+size_t os_page_size(void);
+
+/* Monotonic time in nanoseconds; cheap (vDSO), coarse (a few ms). */
+uint64_t os_now_ns(void);
+
+#endif

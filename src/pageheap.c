@@ -1,0 +1,494 @@
+/*
+ * pageheap.c: spans of pages (see pageheap.h for the contract).
+ *
+ * Lock: ph_lock guards every static below and the pagemap writers.  Nothing
+ * here calls malloc; records come from meta.c and are recycled on `spares`.
+ *
+ * Free lists: free[dirty][b] holds free spans of exactly b pages for
+ * 1 <= b < NBUCKETS, and free[dirty][0] every longer one.  A bitmap per kind
+ * says which exact buckets are non-empty, so a search is a couple of bit
+ * scans.  Dirty spans are also on an LRU list, oldest first, which decay
+ * walks from the head.
+ */
+#include "pageheap.h"
+
+#include <errno.h>
+
+#include "lock.h"
+#include "log.h"
+#include "meta.h"
+#include "os.h"
+#include "pagemap.h"
+
+#define NBUCKETS 128
+/* Grow the heap at least this much at once: one mmap and one pagemap leaf
+ * check per 32 MiB, which untouched costs no resident memory at all. */
+#define GROW_MIN ((size_t)32 << 20)
+/* Chunks start on 2 MiB boundaries so that huge pages can back them. */
+#define CHUNK_ALIGN ((size_t)2 << 20)
+
+static sa_lock_t ph_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PAGEHEAP);
+static struct span *free_lists[2][NBUCKETS];
+static uint64_t nonempty[2][NBUCKETS / 64];
+static struct span *lru_head, *lru_tail;
+static struct span *spares;
+static struct pageheap_stats stats;
+static long decay_ms = 10000;
+static uint64_t next_decay_check;
+
+/* ---- records ---- */
+
+static struct span *record_new(void)
+{
+    struct span *s = spares;
+    if (s)
+        spares = s->next;
+    else if (!(s = meta_alloc(sizeof(*s), 64)))
+        return NULL;
+    *s = (struct span){.state = SPAN_UNUSED};
+    return s;
+}
+
+static void record_release(struct span *s)
+{
+    s->state = SPAN_UNUSED;
+    s->next = spares;
+    spares = s;
+}
+
+/* ---- free lists ---- */
+
+static size_t bucket_of(size_t npages) { return npages < NBUCKETS ? npages : 0; }
+
+static void stat_free_add(const struct span *s, long sign)
+{
+    size_t bytes = s->npages << SA_PAGE_SHIFT;
+    size_t *counter = s->dirty ? &stats.free_dirty : &stats.free_clean;
+    *counter += sign > 0 ? bytes : -bytes;
+}
+
+static void list_insert(struct span *s)
+{
+    size_t b = bucket_of(s->npages);
+    struct span **head = &free_lists[s->dirty][b];
+    s->prev = NULL;
+    s->next = *head;
+    if (*head)
+        (*head)->prev = s;
+    *head = s;
+    nonempty[s->dirty][b / 64] |= 1ull << (b % 64);
+    if (s->dirty) {
+        s->lru_prev = lru_tail;
+        s->lru_next = NULL;
+        if (lru_tail)
+            lru_tail->lru_next = s;
+        else
+            lru_head = s;
+        lru_tail = s;
+    }
+    stat_free_add(s, 1);
+}
+
+static void list_remove(struct span *s)
+{
+    size_t b = bucket_of(s->npages);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        free_lists[s->dirty][b] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    if (!free_lists[s->dirty][b])
+        nonempty[s->dirty][b / 64] &= ~(1ull << (b % 64));
+    if (s->dirty) {
+        if (s->lru_prev)
+            s->lru_prev->lru_next = s->lru_next;
+        else
+            lru_head = s->lru_next;
+        if (s->lru_next)
+            s->lru_next->lru_prev = s->lru_prev;
+        else
+            lru_tail = s->lru_prev;
+    }
+    stat_free_add(s, -1);
+}
+
+/* The first and last pages find a free span when a neighbour is freed. */
+static void register_ends(struct span *s)
+{
+    pagemap_set_span(span_page(s), s);
+    pagemap_set_span(span_page(s) + s->npages - 1, s);
+}
+
+/* A free span of the same kind that ends exactly where `s` starts (before)
+ * or starts exactly where it ends (after), or NULL.  Pagemap entries may be
+ * stale; the bounds check makes a stale one harmless. */
+static struct span *free_neighbour(const struct span *s, bool before)
+{
+    struct span *n = pagemap_span((void *)(before ? s->start - 1 : span_end(s)));
+    if (!n || n == s || n->state != SPAN_FREE || n->dirty != s->dirty)
+        return NULL;
+    if (before ? span_end(n) != s->start : n->start != span_end(s))
+        return NULL;
+    return n;
+}
+
+/* Adds free span `s` to the lists, merged with free neighbours of its kind. */
+static void insert_coalesced(struct span *s)
+{
+    struct span *n;
+    if ((n = free_neighbour(s, true))) {
+        list_remove(n);
+        s->start = n->start;
+        s->npages += n->npages;
+        record_release(n);
+    }
+    if ((n = free_neighbour(s, false))) {
+        list_remove(n);
+        s->npages += n->npages;
+        record_release(n);
+    }
+    register_ends(s);
+    list_insert(s);
+}
+
+/* ---- purging ---- */
+
+static void purge_locked(struct span *s)
+{
+    list_remove(s);
+    if (os_purge((void *)s->start, s->npages << SA_PAGE_SHIFT)) {
+        stats.purged += s->npages << SA_PAGE_SHIFT;
+        s->dirty = 0;
+    } else {
+        s->freed_at = os_now_ns(); /* try again after another decay period */
+    }
+    insert_coalesced(s);
+}
+
+static void maybe_decay(void)
+{
+    if (decay_ms < 0 || !lru_head)
+        return;
+    uint64_t now = os_now_ns(), decay_ns = (uint64_t)decay_ms * 1000000u;
+    if (now < next_decay_check)
+        return;
+    /* Check again after an eighth of the decay time (at most once a second):
+     * pages then live between 1 and 1.125 decay times once freed. */
+    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    next_decay_check = now + step;
+    while (lru_head && lru_head->freed_at + decay_ns <= now)
+        purge_locked(lru_head);
+}
+
+/* ---- finding and carving ---- */
+
+/* The lowest set bucket >= `from` in either kind's bitmap, or 0 if none. */
+static size_t first_bucket(size_t from)
+{
+    for (size_t w = from / 64; w < NBUCKETS / 64; w++) {
+        uint64_t bits = nonempty[0][w] | nonempty[1][w];
+        if (w == from / 64)
+            bits &= ~0ull << (from % 64);
+        if (bits)
+            return w * 64 + (size_t)__builtin_ctzll(bits);
+    }
+    return 0;
+}
+
+/* Best fit among the long spans: fewest pages, then dirty, then lowest
+ * address (keeps the heap compact). */
+static struct span *best_long(size_t need)
+{
+    struct span *best = NULL;
+    for (int dirty = 1; dirty >= 0; dirty--)
+        for (struct span *s = free_lists[dirty][0]; s; s = s->next)
+            if (s->npages >= need &&
+                (!best || s->npages < best->npages ||
+                 (s->npages == best->npages && s->dirty == best->dirty && s->start < best->start)))
+                best = s;
+    return best;
+}
+
+static struct span *find_free(size_t need)
+{
+    if (need < NBUCKETS) {
+        size_t b = first_bucket(need);
+        if (b)
+            return free_lists[1][b] ? free_lists[1][b] : free_lists[0][b];
+    }
+    return best_long(need);
+}
+
+/* Maps a fresh chunk big enough for `npages` aligned to `align_pages`;
+ * returns it as a clean span that is on no list. */
+static struct span *grow(size_t npages, size_t align_pages)
+{
+    size_t bytes = npages << SA_PAGE_SHIFT;
+    bytes = sa_align_up(bytes < GROW_MIN ? GROW_MIN : bytes, CHUNK_ALIGN);
+    size_t align = align_pages << SA_PAGE_SHIFT;
+    struct span *s = record_new();
+    if (!s)
+        return NULL;
+    void *p = os_map(bytes, align > CHUNK_ALIGN ? align : CHUNK_ALIGN);
+    if (!p || !pagemap_ensure((uintptr_t)p >> SA_PAGE_SHIFT, bytes >> SA_PAGE_SHIFT)) {
+        if (p)
+            os_unmap(p, bytes);
+        record_release(s);
+        errno = ENOMEM;
+        return NULL;
+    }
+    stats.mapped += bytes;
+    s->start = (uintptr_t)p;
+    s->npages = bytes >> SA_PAGE_SHIFT;
+    s->state = SPAN_FREE;
+    s->dirty = 0;
+    return s;
+}
+
+/* Splits pages [start, start + npages) of free span `s` (on no list) off as
+ * a new free span and files it.  False on ENOMEM (nothing changed). */
+static bool split_off(struct span *s, uintptr_t start, size_t npages)
+{
+    struct span *r = record_new();
+    if (!r)
+        return false;
+    r->start = start;
+    r->npages = npages;
+    r->state = SPAN_FREE;
+    r->dirty = s->dirty;
+    r->freed_at = s->freed_at;
+    register_ends(r);
+    list_insert(r);
+    return true;
+}
+
+/* Cuts the aligned run of `npages` out of free span `s` (on no list),
+ * filing what is left before and after it.  False on ENOMEM: `s` is then
+ * filed back whole. */
+static bool carve(struct span *s, size_t npages, size_t align_pages)
+{
+    uintptr_t at = sa_align_up(s->start, align_pages << SA_PAGE_SHIFT);
+    size_t before = (at - s->start) >> SA_PAGE_SHIFT;
+    size_t after = s->npages - before - npages;
+    if ((before && !split_off(s, s->start, before)) ||
+        (after && !split_off(s, at + (npages << SA_PAGE_SHIFT), after))) {
+        /* Only the second split can fail after the first succeeded; undo by
+         * letting coalescing glue the pieces back together. */
+        if (before) {
+            s->start = at;
+            s->npages -= before;
+        }
+        insert_coalesced(s);
+        return false;
+    }
+    s->start = at;
+    s->npages = npages;
+    return true;
+}
+
+struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, bool *zeroed)
+{
+    if (npages == 0 || npages > PAGEHEAP_MAX_PAGES || align_pages > PAGEHEAP_MAX_PAGES) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    sa_lock(&ph_lock);
+    struct span *s = find_free(npages + align_pages - 1);
+    if (s)
+        list_remove(s);
+    else
+        s = grow(npages, align_pages);
+    if (!s || !carve(s, npages, align_pages)) {
+        sa_unlock(&ph_lock);
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (zeroed)
+        *zeroed = !s->dirty;
+    s->next = s->prev = NULL;
+    s->freelist = NULL;
+    s->allocated = s->carved = 0;
+    s->on_list = 0;
+    s->cls = (uint8_t)cls;
+    if (cls) {
+        s->state = SPAN_SMALL;
+        pagemap_set_span_range(span_page(s), npages, s);
+        pagemap_set_class_range(span_page(s), npages, cls);
+        stats.small += npages << SA_PAGE_SHIFT;
+    } else {
+        s->state = SPAN_LARGE;
+        register_ends(s);
+        stats.large += npages << SA_PAGE_SHIFT;
+    }
+    maybe_decay();
+    sa_unlock(&ph_lock);
+    return s;
+}
+
+static void free_locked(struct span *s)
+{
+    size_t bytes = s->npages << SA_PAGE_SHIFT;
+    if (s->state == SPAN_SMALL) {
+        pagemap_set_class_range(span_page(s), s->npages, 0);
+        stats.small -= bytes;
+    } else {
+        stats.large -= bytes;
+    }
+    s->state = SPAN_FREE;
+    s->dirty = 1;
+    s->freed_at = os_now_ns();
+    insert_coalesced(s);
+    if (decay_ms == 0)
+        purge_locked(s);
+    else
+        maybe_decay();
+}
+
+void pageheap_free(struct span *s)
+{
+    sa_lock(&ph_lock);
+    free_locked(s);
+    sa_unlock(&ph_lock);
+}
+
+static bool is_large_start(const struct span *s, const void *p)
+{
+    return s && s->state == SPAN_LARGE && s->start == (uintptr_t)p;
+}
+
+bool pageheap_free_large(void *p)
+{
+    sa_lock(&ph_lock);
+    struct span *s = pagemap_span(p);
+    bool ok = is_large_start(s, p);
+    if (ok)
+        free_locked(s);
+    sa_unlock(&ph_lock);
+    return ok;
+}
+
+struct span *pageheap_large_span(const void *p)
+{
+    /* No lock: a live large span belongs to the caller, so nothing else
+     * changes it; for a pointer that is not one, the answer is NULL. */
+    struct span *s = pagemap_span(p);
+    return is_large_start(s, p) ? s : NULL;
+}
+
+void pageheap_shrink(struct span *s, size_t npages)
+{
+    sa_lock(&ph_lock);
+    struct span *tail = record_new();
+    if (tail) { /* without a record, keep the tail: correct, just not lean */
+        tail->start = s->start + (npages << SA_PAGE_SHIFT);
+        tail->npages = s->npages - npages;
+        tail->state = SPAN_LARGE;
+        s->npages = npages;
+        register_ends(s);
+        free_locked(tail);
+    }
+    sa_unlock(&ph_lock);
+}
+
+bool pageheap_grow_in_place(struct span *s, size_t npages)
+{
+    sa_lock(&ph_lock);
+    struct span *n = pagemap_span((void *)span_end(s));
+    size_t take = npages - s->npages;
+    bool ok = n && n != s && n->state == SPAN_FREE && n->start == span_end(s) &&
+              n->npages >= take;
+    if (ok) {
+        list_remove(n);
+        if (n->npages > take) {
+            n->start += take << SA_PAGE_SHIFT;
+            n->npages -= take;
+            register_ends(n);
+            list_insert(n);
+        } else {
+            record_release(n);
+        }
+        s->npages = npages;
+        register_ends(s);
+        stats.large += take << SA_PAGE_SHIFT;
+    }
+    sa_unlock(&ph_lock);
+    return ok;
+}
+
+size_t pageheap_purge(void)
+{
+    sa_lock(&ph_lock);
+    size_t before = stats.purged;
+    while (lru_head)
+        purge_locked(lru_head);
+    size_t purged = stats.purged - before;
+    sa_unlock(&ph_lock);
+    return purged;
+}
+
+void pageheap_set_decay_ms(long ms)
+{
+    sa_lock(&ph_lock);
+    decay_ms = ms;
+    next_decay_check = 0;
+    sa_unlock(&ph_lock);
+}
+
+long pageheap_decay_ms(void) { return __atomic_load_n(&decay_ms, __ATOMIC_RELAXED); }
+
+void pageheap_get_stats(struct pageheap_stats *st)
+{
+    sa_lock(&ph_lock);
+    *st = stats;
+    sa_unlock(&ph_lock);
+}
+
+/* ---- invariants ---- */
+
+static void check_span(const struct span *s, int dirty, size_t b, size_t *bytes)
+{
+    if (s->state != SPAN_FREE || s->dirty != dirty || bucket_of(s->npages) != b)
+        sa_fatal("pageheap: span %p misfiled (state %d dirty %d pages %zu bucket %zu)",
+                 (void *)s->start, s->state, s->dirty, s->npages, b);
+    if (pagemap_span((void *)s->start) != s ||
+        pagemap_span((void *)(span_end(s) - 1)) != s)
+        sa_fatal("pageheap: free span %p not in the pagemap", (void *)s->start);
+    if (free_neighbour(s, true) || free_neighbour(s, false))
+        sa_fatal("pageheap: free span %p not coalesced", (void *)s->start);
+    for (uintptr_t p = s->start; p < span_end(s); p += SA_PAGE_SIZE)
+        if (pagemap_class((void *)p))
+            sa_fatal("pageheap: free page %p has a size class", (void *)p);
+    *bytes += s->npages << SA_PAGE_SHIFT;
+}
+
+void pageheap_check(void)
+{
+    sa_lock(&ph_lock);
+    size_t bytes[2] = {0, 0}, lru = 0;
+    for (int dirty = 0; dirty < 2; dirty++)
+        for (size_t b = 0; b < NBUCKETS; b++) {
+            bool bit = nonempty[dirty][b / 64] >> (b % 64) & 1;
+            if (b && bit != (free_lists[dirty][b] != NULL))
+                sa_fatal("pageheap: bitmap wrong for bucket %zu", b);
+            for (struct span *s = free_lists[dirty][b]; s; s = s->next)
+                check_span(s, dirty, b, &bytes[dirty]);
+        }
+    uint64_t last = 0;
+    for (struct span *s = lru_head; s; s = s->lru_next) {
+        if (!s->dirty || s->freed_at < last)
+            sa_fatal("pageheap: dirty LRU out of order at %p", (void *)s->start);
+        last = s->freed_at;
+        lru += s->npages << SA_PAGE_SHIFT;
+    }
+    if (bytes[0] != stats.free_clean || bytes[1] != stats.free_dirty || lru != bytes[1])
+        sa_fatal("pageheap: free byte counts disagree (clean %zu/%zu dirty %zu/%zu lru %zu)",
+                 bytes[0], stats.free_clean, bytes[1], stats.free_dirty, lru);
+    if (stats.free_clean + stats.free_dirty + stats.small + stats.large != stats.mapped)
+        sa_fatal("pageheap: mapped %zu != free + small + large", stats.mapped);
+    sa_unlock(&ph_lock);
+}
+
+void pageheap_prefork(void) { sa_lock(&ph_lock); }
+void pageheap_postfork_parent(void) { sa_unlock(&ph_lock); }
+void pageheap_postfork_child(void) { sa_lock_reinit(&ph_lock); }

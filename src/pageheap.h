@@ -1,0 +1,81 @@
+/*
+ * pageheap.h: spans of pages.  Gets memory from the kernel in large aligned
+ * chunks, hands out spans (small spans to the central lists, large spans to
+ * malloc), splits and coalesces free spans, and gives free memory back to the
+ * kernel: after a decay time, or at once on pageheap_purge().
+ *
+ * One lock (LOCK_RANK_PAGEHEAP) guards everything here and the pagemap's
+ * writers.  Callers may hold a central list's lock; this layer calls only
+ * pagemap, meta and os.  It never touches thread caches or objects.
+ *
+ * Free spans live in buckets by length (1..127 pages exactly, then one list of
+ * longer spans searched best-fit), separately for dirty and clean spans, so
+ * that reuse prefers memory that is already resident and a clean span can be
+ * handed out as known-zero (calloc skips the memset).  Spans are merged only
+ * with neighbours of the same kind, so the dirty byte count is exact.
+ */
+#ifndef SA_PAGEHEAP_H
+#define SA_PAGEHEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "span.h"
+
+/* Largest span the heap will try to make: beyond this no request can be met
+ * in a 47-bit address space, so refuse early instead of overflowing. */
+#define PAGEHEAP_MAX_PAGES ((size_t)1 << (47 - SA_PAGE_SHIFT))
+
+/* A span of `npages` pages whose start is aligned to `align_pages` pages (a
+ * power of two), owned as a small span of class `cls`, or a large span when
+ * cls is 0.  A small span has its pagemap class bytes set; its object fields
+ * are zero.  *zeroed (if not NULL) says whether every byte is known to be
+ * zero.  NULL with errno ENOMEM if the kernel has no memory for it. */
+struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, bool *zeroed);
+
+/* Gives a span (small or large) back; it may merge with free neighbours. */
+void pageheap_free(struct span *s);
+
+/* Frees the large allocation that starts at `p`.  Returns false, changing
+ * nothing, if `p` is not the start of a live large span. */
+bool pageheap_free_large(void *p);
+
+/* The live large span starting at `p`, or NULL if there is none. */
+struct span *pageheap_large_span(const void *p);
+
+/* Shrinks a large span in place to `npages` (< its length), freeing the tail. */
+void pageheap_shrink(struct span *s, size_t npages);
+
+/* Grows a large span in place to `npages` (> its length) by taking the start
+ * of the free span right after it.  False, changing nothing, if it can't. */
+bool pageheap_grow_in_place(struct span *s, size_t npages);
+
+/* Returns every dirty free page to the kernel now; the number of bytes. */
+size_t pageheap_purge(void);
+
+/* Decay time in ms: free pages older than this are purged.  0 purges at
+ * once, a negative value never (only pageheap_purge() does). */
+void pageheap_set_decay_ms(long ms);
+long pageheap_decay_ms(void);
+
+struct pageheap_stats {
+    size_t mapped;     /* bytes obtained from the kernel for the heap */
+    size_t free_dirty; /* bytes in free spans, possibly resident */
+    size_t free_clean; /* bytes in free spans, purged */
+    size_t large;      /* bytes in live large spans */
+    size_t small;      /* bytes in small spans */
+    size_t purged;     /* bytes handed back with madvise, ever */
+};
+void pageheap_get_stats(struct pageheap_stats *st);
+
+/* Walks every free list and checks the heap's invariants (tests, SA_DEBUG);
+ * aborts with a message on the first broken one. */
+void pageheap_check(void);
+
+/* fork.c */
+void pageheap_prefork(void);
+void pageheap_postfork_parent(void);
+void pageheap_postfork_child(void);
+
+#endif

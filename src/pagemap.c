@@ -1,0 +1,56 @@
+/*
+ * pagemap.c: leaf creation and the writers (see pagemap.h).  Callers hold the
+ * page heap lock; leaves come straight from os_map and are never freed.
+ */
+#include "pagemap.h"
+
+#include "os.h"
+
+struct pm_leaf *pm_root[PM_ROOT_LEN];
+uintptr_t pm_cls_offset[PM_ROOT_LEN];
+uint8_t pm_zero_cls[PM_LEAF_LEN];
+
+static struct pm_leaf *leaf_of_page(uintptr_t page)
+{
+    return pm_root[(page >> PM_LEAF_BITS) & (PM_ROOT_LEN - 1)];
+}
+
+bool pagemap_ensure(uintptr_t page, size_t npages)
+{
+    uintptr_t last = page + npages - 1;
+    for (uintptr_t i = page >> PM_LEAF_BITS; i <= last >> PM_LEAF_BITS; i++) {
+        if (i >= PM_ROOT_LEN)
+            return false;
+        if (pm_root[i])
+            continue;
+        struct pm_leaf *leaf = os_map(sa_align_up(sizeof(*leaf), os_page_size()), os_page_size());
+        if (!leaf)
+            return false;
+        /* Publish the offset first: a reader that sees it finds zeros (the
+         * fresh leaf), exactly what it read before. */
+        __atomic_store_n(&pm_cls_offset[i], (uintptr_t)leaf->cls - (uintptr_t)pm_zero_cls,
+                         __ATOMIC_RELEASE);
+        __atomic_store_n(&pm_root[i], leaf, __ATOMIC_RELEASE);
+    }
+    return true;
+}
+
+void pagemap_set_span(uintptr_t page, struct span *s)
+{
+    __atomic_store_n(&leaf_of_page(page)->span[page & (PM_LEAF_LEN - 1)], s, __ATOMIC_RELEASE);
+}
+
+void pagemap_set_span_range(uintptr_t page, size_t npages, struct span *s)
+{
+    for (size_t k = 0; k < npages; k++)
+        pagemap_set_span(page + k, s);
+}
+
+void pagemap_set_class_range(uintptr_t page, size_t npages, unsigned cls)
+{
+    for (size_t k = 0; k < npages; k++) {
+        uintptr_t p = page + k;
+        __atomic_store_n(&leaf_of_page(p)->cls[p & (PM_LEAF_LEN - 1)], (uint8_t)cls,
+                         __ATOMIC_RELEASE);
+    }
+}

@@ -1,0 +1,93 @@
+/*
+ * pagemap.h: page number -> span and size class, for every page salloc owns.
+ *
+ * A two-level radix tree over the 48-bit address space: the root (static,
+ * in .bss, untouched entries cost nothing) has 2^17 entries of 2 GiB each;
+ * a leaf, mapped on first use, holds for each of its 2^18 pages the span
+ * record and the size-class byte.
+ *
+ * Readers are lock-free (relaxed atomic loads: leaves are never freed, and
+ * an entry is published before any pointer into its page leaves the page
+ * heap).  Writers hold the page heap lock.
+ *
+ * What is recorded (invariants the page heap keeps):
+ *   - class byte: nonzero iff the page is in an in-use small span, then that
+ *     span's class.  free() trusts it: class 0 sends a pointer to the slow
+ *     path (large, invalid, or not ours).
+ *   - span pointer: every page of a small span; the first and last page of a
+ *     free or large span.  Other entries may be stale, pointing at a record
+ *     that now describes other pages, so readers check span->start (or the
+ *     span's bounds) before trusting the answer.
+ *
+ * The class lookup avoids a NULL test on the leaf: the root keeps, next to
+ * each leaf pointer, the offset of that leaf's class array from a static
+ * all-zero array.  A missing leaf has offset 0 and so reads class 0.
+ */
+#ifndef SA_PAGEMAP_H
+#define SA_PAGEMAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "span.h"
+#include "util.h"
+
+#define PM_LEAF_BITS 18
+#define PM_ROOT_BITS (SA_ADDRESS_BITS - SA_PAGE_SHIFT - PM_LEAF_BITS)
+#define PM_LEAF_LEN ((size_t)1 << PM_LEAF_BITS)
+#define PM_ROOT_LEN ((size_t)1 << PM_ROOT_BITS)
+
+struct pm_leaf {
+    struct span *span[PM_LEAF_LEN];
+    uint8_t cls[PM_LEAF_LEN];
+};
+
+extern struct pm_leaf *pm_root[PM_ROOT_LEN];
+extern uintptr_t pm_cls_offset[PM_ROOT_LEN];
+extern uint8_t pm_zero_cls[PM_LEAF_LEN];
+
+static inline size_t pm_root_index(uintptr_t addr)
+{
+    return (addr >> (SA_PAGE_SHIFT + PM_LEAF_BITS)) & (PM_ROOT_LEN - 1);
+}
+
+static inline size_t pm_leaf_index(uintptr_t addr)
+{
+    return (addr >> SA_PAGE_SHIFT) & (PM_LEAF_LEN - 1);
+}
+
+/* The size class of the small object containing `p`, or 0 if `p` is not in a
+ * small span (large, free, not ours, or above the 48-bit space). */
+static inline unsigned pagemap_class(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t off = __atomic_load_n(&pm_cls_offset[pm_root_index(a)], __ATOMIC_RELAXED);
+    const uint8_t *cls = (const uint8_t *)((uintptr_t)pm_zero_cls + off) + pm_leaf_index(a);
+    unsigned c = __atomic_load_n(cls, __ATOMIC_RELAXED);
+    return (a >> SA_ADDRESS_BITS) ? 0 : c;
+}
+
+/* The span record of the page containing `p`, possibly stale (see above), or
+ * NULL if salloc never mapped a leaf for it. */
+static inline struct span *pagemap_span(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a >> SA_ADDRESS_BITS)
+        return NULL;
+    struct pm_leaf *leaf = __atomic_load_n(&pm_root[pm_root_index(a)], __ATOMIC_ACQUIRE);
+    if (!leaf)
+        return NULL;
+    return __atomic_load_n(&leaf->span[pm_leaf_index(a)], __ATOMIC_RELAXED);
+}
+
+/* Writers (page heap lock held).  Page numbers are address >> SA_PAGE_SHIFT. */
+
+/* Makes sure leaves exist for pages [page, page + npages); false on ENOMEM. */
+bool pagemap_ensure(uintptr_t page, size_t npages);
+/* Records `s` for one page / for every page of [page, page + npages). */
+void pagemap_set_span(uintptr_t page, struct span *s);
+void pagemap_set_span_range(uintptr_t page, size_t npages, struct span *s);
+/* Sets the class byte of every page of [page, page + npages). */
+void pagemap_set_class_range(uintptr_t page, size_t npages, unsigned cls);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * span.h: the span record.  A span is a run of contiguous pages with one
+ * owner (util.h has the vocabulary):
+ *
+ *   SPAN_FREE   in the page heap's free lists, dirty (its pages may hold old
+ *               data and resident memory) or clean (purged: reads as zero);
+ *   SPAN_SMALL  cut into objects of one size class, owned by that class's
+ *               central list (central.c);
+ *   SPAN_LARGE  one allocation bigger than the largest class, or aligned
+ *               beyond what any class offers.
+ *
+ * Who writes what: the page heap (under its lock) writes start, npages,
+ * state and the free-span fields; the class's central list (under its lock)
+ * writes the object fields of a small span.  Records are reused through the
+ * page heap's own free list, never returned to the kernel, so a stale
+ * pagemap entry always points at a valid record (pagemap.h explains why that
+ * is enough).
+ */
+#ifndef SA_SPAN_H
+#define SA_SPAN_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+/* SPAN_UNUSED marks a record on the page heap's spare list: a stale pagemap
+ * entry may still point at it, and it must never look like a live span. */
+enum span_state { SPAN_FREE = 0, SPAN_SMALL = 1, SPAN_LARGE = 2, SPAN_UNUSED = 3 };
+
+struct span {
+    uintptr_t start;     /* address of the first page */
+    size_t npages;       /* length in pages, >= 1 */
+    struct span *next;   /* free: bucket list; small: central's partial list */
+    struct span *prev;
+    uint8_t state;       /* enum span_state */
+    uint8_t cls;         /* small: its size class */
+    uint8_t dirty;       /* free: pages may be resident (not purged) */
+    uint8_t on_list;     /* small: on its central list's partial list */
+    uint32_t allocated;  /* small: objects handed out (thread caches + user) */
+    uint32_t carved;     /* small: objects ever cut from the span (bump) */
+    void *freelist;      /* small: returned objects, linked through word 0 */
+    uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */
+    struct span *lru_next, *lru_prev; /* free, dirty: oldest first (decay) */
+};
+
+static inline uintptr_t span_end(const struct span *s)
+{
+    return s->start + (s->npages << SA_PAGE_SHIFT);
+}
+
+static inline uintptr_t span_page(const struct span *s)
+{
+    return s->start >> SA_PAGE_SHIFT;
+}
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * tcache.c: thread cache slow paths (see tcache.h).
+ *
+ * Limits.  Each list's max starts at its class's batch and grows by a batch
+ * each time the list runs dry (the thread wants more than it holds), up to
+ * a per-class cap of TCACHE_CLASS_BYTES worth of objects.  When a list
+ * overflows repeatedly, max shrinks again: a thread that only frees (a
+ * consumer) keeps a short list.  Every TCACHE_BUDGET_CHECK slow events the
+ * whole cache is weighed; above TCACHE_BUDGET bytes, every list gives half of
+ * its objects back, so no thread hoards memory others could use.
+ *
+ * Lock: registry_lock (LOCK_RANK_TCACHES) guards the registry and the list of
+ * records to reuse.  A cache's lists are touched only by their thread.
+ */
+#include "tcache.h"
+
+#include <string.h>
+
+#include "central.h"
+#include "lock.h"
+#include "log.h"
+#include "meta.h"
+
+/* Per-class cap on cached bytes: small classes are capped by count. */
+#define TCACHE_CLASS_BYTES ((size_t)256 << 10)
+#define TCACHE_CLASS_MAX_OBJECTS 2048u
+/* Whole-cache budget and how often it is checked (in slow-path events). */
+#define TCACHE_BUDGET ((size_t)4 << 20)
+#define TCACHE_BUDGET_CHECK 64u
+/* Overflows tolerated before a list's max shrinks by one batch. */
+#define TCACHE_MAX_OVERFLOWS 3
+
+struct tcache tcache_empty;
+
+static sa_lock_t registry_lock = SA_LOCK_INITIALIZER(LOCK_RANK_TCACHES);
+static struct tcache *registry; /* live caches */
+static struct tcache *spare;    /* records of exited threads, linked by next */
+
+static uint32_t class_cap(unsigned cls)
+{
+    size_t cap = TCACHE_CLASS_BYTES / sizeclass_size(cls);
+    if (cap > TCACHE_CLASS_MAX_OBJECTS)
+        cap = TCACHE_CLASS_MAX_OBJECTS;
+    if (cap < sizeclass_batch(cls))
+        cap = sizeclass_batch(cls);
+    return (uint32_t)cap;
+}
+
+struct tcache *tcache_create(void)
+{
+    sa_lock(&registry_lock);
+    struct tcache *tc = spare;
+    if (tc)
+        spare = tc->next;
+    sa_unlock(&registry_lock);
+    if (!tc && !(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
+        return NULL;
+
+    memset(tc, 0, sizeof(*tc));
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        tc->bins[cls].max = sizeclass_batch(cls);
+
+    sa_lock(&registry_lock);
+    tc->next = registry;
+    if (registry)
+        registry->prev = tc;
+    registry = tc;
+    sa_unlock(&registry_lock);
+    return tc;
+}
+
+/* Gives the first `n` objects of the list of `cls` to the central list. */
+static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
+{
+    struct tcache_bin *bin = &tc->bins[cls];
+    if (n == 0)
+        return;
+    void *head = bin->head, *last = head;
+    for (uint32_t i = 1; i < n; i++)
+        last = *(void **)last;
+    bin->head = *(void **)last;
+    bin->count -= n;
+    central_free_batch(cls, head, n);
+}
+
+void tcache_flush_all(struct tcache *tc)
+{
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        flush_bin(tc, cls, tc->bins[cls].count);
+}
+
+void tcache_destroy(struct tcache *tc)
+{
+    tcache_flush_all(tc);
+    sa_lock(&registry_lock);
+    if (tc->prev)
+        tc->prev->next = tc->next;
+    else
+        registry = tc->next;
+    if (tc->next)
+        tc->next->prev = tc->prev;
+    tc->next = spare;
+    spare = tc;
+    sa_unlock(&registry_lock);
+}
+
+size_t tcache_cached_bytes(const struct tcache *tc)
+{
+    size_t bytes = 0;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        bytes += tc->bins[cls].count * sizeclass_size(cls);
+    return bytes;
+}
+
+/* Every TCACHE_BUDGET_CHECK slow events: over budget, halve every list. */
+static void enforce_budget(struct tcache *tc)
+{
+    if (++tc->events % TCACHE_BUDGET_CHECK || tcache_cached_bytes(tc) <= TCACHE_BUDGET)
+        return;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        struct tcache_bin *bin = &tc->bins[cls];
+        flush_bin(tc, cls, (bin->count + 1) / 2);
+        uint32_t batch = sizeclass_batch(cls);
+        bin->max = bin->max / 2 > batch ? bin->max / 2 : batch;
+    }
+}
+
+void *tcache_refill(struct tcache *tc, unsigned cls)
+{
+    struct tcache_bin *bin = &tc->bins[cls];
+    void *head, *tail;
+    unsigned n = central_alloc_batch(cls, sizeclass_batch(cls), &head, &tail);
+    if (n == 0)
+        return NULL;
+    *(void **)tail = bin->head;
+    bin->head = *(void **)head;
+    bin->count += n - 1;
+    uint32_t cap = class_cap(cls), grown = bin->max + sizeclass_batch(cls);
+    bin->max = grown < cap ? grown : cap;
+    enforce_budget(tc);
+    return head;
+}
+
+void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
+{
+    struct tcache_bin *bin = &tc->bins[cls];
+    *(void **)obj = bin->head;
+    bin->head = obj;
+    bin->count++;
+    uint32_t batch = sizeclass_batch(cls);
+    flush_bin(tc, cls, bin->count < batch ? bin->count : batch);
+    if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {
+        tc->overflows[cls] = 0;
+        if (bin->max > batch)
+            bin->max -= batch;
+    }
+    enforce_budget(tc);
+}
+
+size_t tcache_all_cached_bytes(void)
+{
+    size_t bytes = 0;
+    sa_lock(&registry_lock);
+    /* Racy reads of other threads' counts: a statistic, not a decision. */
+    for (struct tcache *tc = registry; tc; tc = tc->next)
+        for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+            bytes += __atomic_load_n(&tc->bins[cls].count, __ATOMIC_RELAXED) *
+                     sizeclass_size(cls);
+    sa_unlock(&registry_lock);
+    return bytes;
+}
+
+void tcache_check(const struct tcache *tc)
+{
+    for (unsigned cls = 0; cls < SA_NUM_CLASSES; cls++) {
+        const struct tcache_bin *bin = &tc->bins[cls];
+        uint32_t n = 0;
+        for (void *o = bin->head; o; o = *(void **)o)
+            if (++n > bin->count)
+                break;
+        if (n != bin->count || (cls == 0 && (bin->max || bin->head)))
+            sa_fatal("tcache: list of class %u holds %u objects, count says %u",
+                     cls, n, bin->count);
+    }
+}
+
+void tcache_prefork(void) { sa_lock(&registry_lock); }
+void tcache_postfork_parent(void) { sa_unlock(&registry_lock); }
+
+void tcache_postfork_child(struct tcache *self)
+{
+    sa_lock_reinit(&registry_lock);
+    registry = NULL;
+    if (self) {
+        self->next = self->prev = NULL;
+        registry = self;
+    }
+}

@@ -1,0 +1,83 @@
+/*
+ * tcache.h: the per-thread cache: for each size class a singly linked list
+ * of free objects, popped by malloc and pushed by free with no lock and no
+ * atomic read-modify-write (fastpath.h).  Everything else, refilling from and
+ * flushing to the central lists, the adaptive limits and thread exit, is here
+ * and in tcache.c, on slow paths.
+ *
+ *   bins[cls]:  head -> obj -> obj -> NULL      (links in each object's word 0)
+ *               count = objects on the list
+ *               max   = free() goes to the slow path when count reaches it
+ *
+ * bins[0] belongs to class 0 ("not a small object") and always has max 0, so
+ * free()'s single fast-path test also routes large and foreign pointers to
+ * the slow path.  A thread that has no cache yet (or whose cache was
+ * returned at exit) points at `tcache_empty`, whose every list is empty and
+ * every max is 0: both fast paths fall through to the slow path, which sets
+ * the thread up.  So the fast path never tests for "no cache".
+ *
+ * Only the owning thread touches its cache, except: the registry links
+ * (under the registry lock), and fork.c's child handler.
+ */
+#ifndef SA_TCACHE_H
+#define SA_TCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sizeclass.h"
+#include "util.h"
+
+struct tcache_bin {
+    void *head;
+    uint32_t count;
+    uint32_t max;
+};
+
+struct tcache {
+    struct tcache_bin bins[SA_NUM_CLASSES];
+    /* The sampler's place (next issue): bytes left to allocate before the
+     * next sample is due.  Not used yet. */
+    int64_t bytes_until_sample;
+    /* Slow-path bookkeeping. */
+    uint32_t events;                      /* refills + overflows, for budget checks */
+    uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
+    struct tcache *next, *prev;           /* registry, under its lock */
+};
+
+/* The calling thread's cache (init.c owns the TLS; initial-exec, one pointer). */
+extern __thread struct tcache *tcache_tls __attribute__((tls_model("initial-exec")));
+extern struct tcache tcache_empty;
+
+static inline struct tcache *tcache_get(void) { return tcache_tls; }
+
+/* A new, registered cache with empty lists; NULL with ENOMEM. */
+struct tcache *tcache_create(void);
+/* Flushes every list and unregisters `tc`; its record is reused later. */
+void tcache_destroy(struct tcache *tc);
+
+/* Slow path of malloc: the list of `cls` is empty.  Refills it with a batch
+ * and returns one object, or NULL (ENOMEM). */
+void *tcache_refill(struct tcache *tc, unsigned cls);
+/* Slow path of free: the list of `cls` is at its limit.  Takes `obj` and
+ * gives a batch back to the central list. */
+void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
+/* Gives every cached object back (thread.tcache.flush, malloc_trim). */
+void tcache_flush_all(struct tcache *tc);
+
+/* Bytes of free objects in `tc`. */
+size_t tcache_cached_bytes(const struct tcache *tc);
+/* Bytes cached by all threads (stats). */
+size_t tcache_all_cached_bytes(void);
+
+/* Checks a cache's lists against their counts (tests, SA_DEBUG). */
+void tcache_check(const struct tcache *tc);
+
+/* fork.c.  In the child only the forking thread exists: the other threads'
+ * caches are dropped from the registry (their objects stay lost: they may
+ * have been mid-update when fork() copied them). */
+void tcache_prefork(void);
+void tcache_postfork_parent(void);
+void tcache_postfork_child(struct tcache *self);
+
+#endif
