@@ -1,0 +1,19 @@
+#!/bin/sh
+# check_exports.sh LIB: the shared library exports exactly the public API
+# (everything else is hidden) and needs nothing beyond libc and pthreads.
+lib=${1:?usage: check_exports.sh lib/libsalloc.so}
+want="aligned_alloc calloc free free_aligned_sized free_sized malloc malloc_trim
+malloc_usable_size memalign posix_memalign pvalloc realloc reallocarray valloc"
+got=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TWDBV]$/ {print $3}' | sort | tr '\n' ' ')
+want=$(echo $want | tr ' ' '\n' | sort | tr '\n' ' ')
+if [ "$got" != "$want" ]; then
+    echo "check_exports: $lib exports: $got"
+    echo "check_exports: expected:      $want"
+    exit 1
+fi
+needed=$(objdump -p "$lib" | awk '/NEEDED/ {print $2}' | sort | tr '\n' ' ')
+case "$needed" in
+    "libc.so.6 "|"ld-linux-x86-64.so.2 libc.so.6 ") ;;
+    *) echo "check_exports: $lib needs more than libc: $needed"; exit 1 ;;
+esac
+echo "check_exports: $lib exports only the public API and needs only libc ($needed)"

@@ -1,0 +1,324 @@
+/*
+ * test_api.c: the public functions' semantics and every bad input: sizes
+ * that cannot be served, overflow, bad alignments, invalid frees.
+ * The aborting cases run in a child process whose stderr is captured.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../include/salloc.h"
+#include "unit.h"
+
+/* These tests pass impossible sizes on purpose, and use a pointer after a
+ * reallocarray that failed (and so left it alone): silence gcc's checks. */
+#pragma GCC diagnostic ignored "-Walloc-size-larger-than="
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+
+static void test_api_malloc_sizes_and_alignment(void **state)
+{
+    (void)state;
+    void *p0 = malloc(0), *p0b = malloc(0);
+    assert_non_null(p0);
+    assert_ptr_not_equal(p0, p0b);
+    free(p0);
+    free(p0b);
+    for (size_t size = 1; size < ((size_t)8 << 20); size = size * 5 / 4 + 1) {
+        unsigned char *p = malloc(size);
+        assert_non_null(p);
+        assert_true(malloc_usable_size(p) >= size);
+        if (size >= 16)
+            assert_int_equal((uintptr_t)p % 16, 0);
+        p[0] = 1;
+        p[size - 1] = 2;
+        memset(p, 0x33, malloc_usable_size(p));
+        free(p);
+    }
+    assert_int_equal(malloc_usable_size(NULL), 0);
+    free(NULL);
+}
+
+static void test_api_unservable_sizes_fail_with_enomem(void **state)
+{
+    (void)state;
+    size_t huge[] = {SIZE_MAX, SIZE_MAX - 4096, PTRDIFF_MAX, (size_t)1 << 62, (size_t)1 << 48};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        errno = 0;
+        assert_null(malloc(huge[i]));
+        assert_int_equal(errno, ENOMEM);
+        errno = 0;
+        assert_null(calloc(1, huge[i]));
+        assert_int_equal(errno, ENOMEM);
+        errno = 0;
+        assert_null(pvalloc(huge[i]));
+        assert_int_equal(errno, ENOMEM);
+        errno = 0;
+        assert_null(aligned_alloc(64, huge[i]));
+        assert_int_equal(errno, ENOMEM);
+        void *p = NULL;
+        int saved = errno = 1234;
+        assert_int_equal(posix_memalign(&p, 64, huge[i]), ENOMEM);
+        assert_int_equal(errno, saved);
+        assert_null(p);
+    }
+    errno = 0;
+    assert_null(calloc(SIZE_MAX / 2, 3)); /* overflowing product */
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(calloc((size_t)1 << 33, (size_t)1 << 33));
+    assert_int_equal(errno, ENOMEM);
+}
+
+static void test_api_calloc_zeroes_reused_memory(void **state)
+{
+    (void)state;
+    size_t sizes[] = {8, 100, 5000, 200000, 300000, (size_t)3 << 20};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        for (int round = 0; round < 3; round++) {
+            unsigned char *dirty = malloc(sizes[i]);
+            memset(dirty, 0xee, sizes[i]);
+            free(dirty);
+            unsigned char *p = calloc(1, sizes[i]);
+            assert_non_null(p);
+            for (size_t k = 0; k < sizes[i]; k++)
+                if (p[k])
+                    fail_msg("calloc(%zu) byte %zu is %d", sizes[i], k, p[k]);
+            free(p);
+        }
+    }
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 31 + seed);
+}
+
+static void check(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 31 + seed))
+            fail_msg("byte %zu lost", i);
+}
+
+static void test_api_realloc_preserves_contents(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 24, 100, 1000, 4000, 40000, 262144, 262145, 600000, (size_t)5 << 20,
+                      100000, 3000, 10, (size_t)9 << 20, 1};
+    unsigned char *p = NULL;
+    size_t have = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        unsigned char *q = realloc(p, sizes[i]);
+        assert_non_null(q);
+        check(q, have < sizes[i] ? have : sizes[i], 7);
+        fill(q, sizes[i], 7);
+        assert_true(malloc_usable_size(q) >= sizes[i]);
+        p = q;
+        have = sizes[i];
+    }
+    /* realloc(p, 0) frees and returns NULL (glibc's choice). */
+    assert_null(realloc(p, 0));
+    /* realloc(NULL, n) is malloc(n). */
+    p = realloc(NULL, 77);
+    assert_non_null(p);
+    free(p);
+}
+
+/* A large block grows in place when the pages after it are free. */
+static void test_api_realloc_large_grows_in_place(void **state)
+{
+    (void)state;
+    unsigned char *big = malloc((size_t)4 << 20);
+    fill(big, (size_t)4 << 20, 3);
+    unsigned char *p = realloc(big, (size_t)1 << 20); /* shrink: frees the tail */
+    assert_ptr_equal(p, big);
+    unsigned char *q = realloc(p, (size_t)3 << 20);   /* the tail is still free */
+    assert_ptr_equal(q, big);
+    check(q, (size_t)1 << 20, 3);
+    free(q);
+}
+
+static void test_api_reallocarray(void **state)
+{
+    (void)state;
+    int *p = reallocarray(NULL, 10, sizeof(int));
+    assert_non_null(p);
+    for (int i = 0; i < 10; i++)
+        p[i] = i;
+    errno = 0;
+    assert_null(reallocarray(p, SIZE_MAX / 2, 4));
+    assert_int_equal(errno, ENOMEM);
+    p = reallocarray(p, 1000, sizeof(int)); /* p survived the failure */
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(p[i], i);
+    free(p);
+}
+
+static void test_api_alignment_functions(void **state)
+{
+    (void)state;
+    for (size_t align = 1; align <= ((size_t)1 << 30); align *= 2) {
+        size_t sizes[] = {0, 1, 16, 100, align, 3 * align + 5};
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            if (sizes[i] > ((size_t)1 << 28))
+                continue;
+            void *a = aligned_alloc(align, sizes[i]);
+            void *m = memalign(align, sizes[i]);
+            void *pm = NULL;
+            int rc = posix_memalign(&pm, align < sizeof(void *) ? sizeof(void *) : align, sizes[i]);
+            assert_non_null(a);
+            assert_non_null(m);
+            assert_int_equal(rc, 0);
+            assert_int_equal((uintptr_t)a % align, 0);
+            assert_int_equal((uintptr_t)m % align, 0);
+            assert_int_equal((uintptr_t)pm % align, 0);
+            assert_true(malloc_usable_size(a) >= sizes[i]);
+            if (sizes[i])
+                memset(a, 1, sizes[i]);
+            free(a);
+            free_aligned_sized(m, align, sizes[i]);
+            free_sized(pm, sizes[i]);
+        }
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *v = valloc(10), *pv = pvalloc(10);
+    assert_int_equal((uintptr_t)v % page, 0);
+    assert_int_equal((uintptr_t)pv % page, 0);
+    assert_true(malloc_usable_size(pv) >= page);
+    free(v);
+    free(pv);
+    pv = pvalloc(0);
+    assert_non_null(pv);
+    free(pv);
+}
+
+static void test_api_bad_alignments(void **state)
+{
+    (void)state;
+    size_t bad[] = {0, 3, 24, 48, 100, 4097, SIZE_MAX};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        errno = 0;
+        assert_null(aligned_alloc(bad[i], 64));
+        assert_int_equal(errno, EINVAL);
+        errno = 0;
+        assert_null(memalign(bad[i], 64));
+        assert_int_equal(errno, EINVAL);
+        void *p = (void *)0x1;
+        assert_int_equal(posix_memalign(&p, bad[i], 64), EINVAL);
+        assert_ptr_equal(p, (void *)0x1);
+    }
+    void *p = NULL;
+    assert_int_equal(posix_memalign(&p, 4, 64), EINVAL); /* < sizeof(void *) */
+    assert_int_equal(posix_memalign(&p, 2, 64), EINVAL);
+    /* Absurd but well-formed alignments: no memory, not a crash. */
+    errno = 0;
+    assert_null(aligned_alloc((size_t)1 << 62, 64));
+    assert_int_equal(errno, ENOMEM);
+}
+
+/* Runs `fn(arg)` in a child; returns its stderr and sets *sig to the
+ * signal that killed it (0 if it exited). */
+static char *run_in_child(void (*fn)(void *), void *arg, int *sig)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        signal(SIGABRT, SIG_DFL);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    static char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    *sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return buf;
+}
+
+static void do_free(void *p) { free(p); }
+
+static void double_free_large(void *unused)
+{
+    (void)unused;
+    void *volatile p = malloc((size_t)1 << 20); /* volatile: gcc elides malloc+free */
+    free(p);
+    free(p);
+}
+
+static void realloc_foreign(void *p) { (void)!realloc(p, 10); }
+
+static void usable_size_foreign(void *p) { (void)malloc_usable_size(p); }
+
+static void expect_invalid(void (*fn)(void *), void *arg, void *shown, const char *what)
+{
+    int sig;
+    char *err = run_in_child(fn, arg, &sig);
+    char want[128];
+    snprintf(want, sizeof(want), "salloc: %s(): invalid pointer %p", what, shown);
+    if (sig != SIGABRT || !strstr(err, want))
+        fail_msg("expected abort with \"%s\", got signal %d and stderr \"%s\"", want, sig, err);
+}
+
+static int static_object[4];
+
+static void test_api_invalid_free_aborts_with_message(void **state)
+{
+    (void)state;
+    int on_stack[4];
+    expect_invalid(do_free, on_stack, on_stack, "free");
+    expect_invalid(do_free, static_object, static_object, "free");
+    void *foreign = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    expect_invalid(do_free, foreign, foreign, "free");
+    expect_invalid(do_free, (void *)0xdead000000001000ull, (void *)0xdead000000001000ull, "free");
+    char *large = malloc((size_t)1 << 20);
+    expect_invalid(do_free, large + 8192, large + 8192, "free"); /* inside a large block */
+    free(large);
+    int sig;
+    char *err = run_in_child(double_free_large, NULL, &sig);
+    assert_int_equal(sig, SIGABRT);
+    assert_non_null(strstr(err, "salloc: free(): invalid pointer 0x"));
+    expect_invalid(realloc_foreign, on_stack, on_stack, "realloc");
+    expect_invalid(usable_size_foreign, foreign, foreign, "malloc_usable_size");
+    munmap(foreign, 1 << 16);
+}
+
+static void test_api_malloc_trim_returns_memory(void **state)
+{
+    (void)state;
+    void *p = malloc((size_t)64 << 20);
+    memset(p, 1, (size_t)64 << 20);
+    free(p);
+    assert_int_equal(malloc_trim(0), 1);
+    assert_int_equal(malloc_trim(0), 0); /* nothing left to give */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_malloc_sizes_and_alignment),
+        cmocka_unit_test(test_api_unservable_sizes_fail_with_enomem),
+        cmocka_unit_test(test_api_calloc_zeroes_reused_memory),
+        cmocka_unit_test(test_api_realloc_preserves_contents),
+        cmocka_unit_test(test_api_realloc_large_grows_in_place),
+        cmocka_unit_test(test_api_reallocarray),
+        cmocka_unit_test(test_api_alignment_functions),
+        cmocka_unit_test(test_api_bad_alignments),
+        cmocka_unit_test(test_api_invalid_free_aborts_with_message),
+        cmocka_unit_test(test_api_malloc_trim_returns_memory),
+    };
+    return cmocka_run_group_tests_name("api", tests, NULL, NULL);
+}

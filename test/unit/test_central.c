@@ -1,0 +1,120 @@
+/*
+ * test_central.c: batches between the central lists and their callers:
+ * objects are distinct, inside spans of their class, at object boundaries;
+ * spans come and go with their objects; counts stay consistent.
+ */
+#include "unit.h"
+
+static void take(unsigned cls, unsigned n, void **out)
+{
+    unsigned got = 0;
+    while (got < n) {
+        void *head, *tail;
+        unsigned k = central_alloc_batch(cls, n - got, &head, &tail);
+        assert_true(k >= 1);
+        for (unsigned i = 0; i < k; i++) {
+            out[got++] = head;
+            head = *(void **)head;
+        }
+    }
+}
+
+static void give(unsigned cls, unsigned n, void **objs)
+{
+    for (unsigned i = 0; i < n; i++)
+        *(void **)objs[i] = i + 1 < n ? objs[i + 1] : NULL;
+    central_free_batch(cls, objs[0], n);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_central_batches_are_distinct_objects_of_the_class(void **state)
+{
+    (void)state;
+    unsigned classes[] = {1, 2, sizeclass_of(100), sizeclass_of(3000), sizeclass_of(70000),
+                          SA_NUM_CLASSES - 1};
+    for (size_t k = 0; k < sizeof(classes) / sizeof(classes[0]); k++) {
+        unsigned cls = classes[k], n = 3 * sizeclass_objects(cls) + 5;
+        void **objs = malloc(n * sizeof(void *));
+        take(cls, n, objs);
+        for (unsigned i = 0; i < n; i++) {
+            struct span *s = pagemap_span(objs[i]);
+            assert_non_null(s);
+            assert_int_equal(s->state, SPAN_SMALL);
+            assert_int_equal(s->cls, cls);
+            assert_int_equal(((uintptr_t)objs[i] - s->start) % sizeclass_size(cls), 0);
+            assert_int_equal(pagemap_class(objs[i]), cls);
+            memset(objs[i], 0x5a, sizeclass_size(cls)); /* whole object is ours */
+        }
+        void **sorted = malloc(n * sizeof(void *));
+        memcpy(sorted, objs, n * sizeof(void *));
+        qsort(sorted, n, sizeof(void *), cmp_ptr);
+        for (unsigned i = 1; i < n; i++)
+            assert_true((uintptr_t)sorted[i] >= (uintptr_t)sorted[i - 1] + sizeclass_size(cls));
+        central_check(cls);
+        give(cls, n, objs);
+        central_check(cls);
+        free(sorted);
+        free(objs);
+    }
+}
+
+/* Spans return to the page heap when their objects do (one kept per class). */
+static void test_central_empty_spans_go_back(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(5000); /* a class this test process barely uses */
+    struct central_stats before, during, after;
+    central_get_stats(cls, &before);
+    unsigned n = 10 * sizeclass_objects(cls);
+    void **objs = malloc(n * sizeof(void *));
+    take(cls, n, objs);
+    central_get_stats(cls, &during);
+    assert_int_equal(during.allocated, before.allocated + n);
+    assert_true(during.spans >= before.spans + 9);
+    give(cls, n, objs);
+    central_get_stats(cls, &after);
+    assert_int_equal(after.allocated, before.allocated);
+    assert_true(after.spans <= before.spans + 1);
+    central_release_empty();
+    central_get_stats(cls, &after);
+    assert_true(after.spans <= before.spans);
+    central_check(cls);
+    pageheap_check();
+    free(objs);
+}
+
+/* Objects given back in any order are handed out again before new spans. */
+static void test_central_reuses_returned_objects(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(700), n = 2 * sizeclass_objects(cls);
+    void **objs = malloc(n * sizeof(void *)), **again = malloc(n * sizeof(void *));
+    take(cls, n, objs);
+    struct central_stats st1, st2;
+    central_get_stats(cls, &st1);
+    give(cls, n / 2, objs + n / 4); /* a middle slice */
+    take(cls, n / 2, again);
+    central_get_stats(cls, &st2);
+    assert_int_equal(st1.spans, st2.spans);
+    give(cls, n / 2, again);
+    give(cls, n / 4, objs);
+    give(cls, n - n / 4 - n / 2, objs + n / 4 + n / 2);
+    central_check(cls);
+    free(objs);
+    free(again);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_central_batches_are_distinct_objects_of_the_class),
+        cmocka_unit_test(test_central_empty_spans_go_back),
+        cmocka_unit_test(test_central_reuses_returned_objects),
+    };
+    return cmocka_run_group_tests_name("central", tests, NULL, NULL);
+}

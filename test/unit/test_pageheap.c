@@ -1,0 +1,195 @@
+/*
+ * test_pageheap.c: spans: alignment, split, coalesce, purge and decay,
+ * out-of-memory, and the heap's invariants after each.
+ */
+#include <errno.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unit.h"
+
+static int check_after(void **state)
+{
+    (void)state;
+    pageheap_check();
+    return 0;
+}
+
+/* The free span that contains address `a`, found through the pagemap ends:
+ * walks back page by page to the record that covers `a`. */
+static struct span *free_span_covering(uintptr_t a)
+{
+    for (uintptr_t p = a;; p -= SA_PAGE_SIZE) {
+        struct span *s = pagemap_span((void *)p);
+        if (s && s->state == SPAN_FREE && s->start <= a && a < span_end(s))
+            return s;
+        if (s && s->state != SPAN_FREE && s->start <= a && a < span_end(s))
+            return NULL;
+    }
+}
+
+static void test_pageheap_alignment_up_to_1gib(void **state)
+{
+    (void)state;
+    for (size_t align_pages = 1; align_pages <= ((size_t)1 << 30) / SA_PAGE_SIZE; align_pages *= 4) {
+        struct span *s = pageheap_alloc(3, align_pages, 0, NULL);
+        assert_non_null(s);
+        assert_int_equal(s->start % (align_pages * SA_PAGE_SIZE), 0);
+        assert_int_equal(s->npages, 3);
+        memset((void *)s->start, 0xab, 3 * SA_PAGE_SIZE);
+        pageheap_free(s);
+    }
+}
+
+/* Growing a span in place splits the free span after it. */
+static void test_pageheap_split_leaves_remainder_free(void **state)
+{
+    (void)state;
+    struct span *s = pageheap_alloc(200, 1, 0, NULL);
+    assert_non_null(s);
+    pageheap_shrink(s, 50);
+    assert_int_equal(s->npages, 50);
+    struct span *tail = free_span_covering(span_end(s));
+    assert_non_null(tail);
+    assert_int_equal(tail->start, span_end(s));
+    assert_true(tail->npages >= 150);
+
+    assert_true(pageheap_grow_in_place(s, 120));
+    assert_int_equal(s->npages, 120);
+    struct span *rest = free_span_covering(span_end(s));
+    assert_non_null(rest);
+    assert_int_equal(rest->start, span_end(s));
+    assert_true(rest->npages >= 80);
+    pageheap_check();
+    pageheap_free(s);
+}
+
+/* Freeing a span next to a free one merges them. */
+static void test_pageheap_coalesces_neighbours(void **state)
+{
+    (void)state;
+    struct span *s = pageheap_alloc(300, 1, 0, NULL);
+    assert_non_null(s);
+    uintptr_t start = s->start, end = span_end(s);
+    pageheap_shrink(s, 100); /* pages 100..299 become free */
+    pageheap_free(s);        /* pages 0..99 join them */
+    struct span *f = free_span_covering(start);
+    assert_non_null(f);
+    assert_true(f->start <= start && span_end(f) >= end);
+}
+
+/* A free neighbour is maximal (coalesced), so growing past it must fail
+ * and growing exactly to its end must succeed. */
+static void test_pageheap_grow_in_place_stops_at_free_neighbour(void **state)
+{
+    (void)state;
+    struct span *a = pageheap_alloc(64, 1, 0, NULL);
+    assert_non_null(a);
+    pageheap_shrink(a, 32);
+    struct span *f = free_span_covering(span_end(a));
+    assert_non_null(f);
+    size_t room = f->npages;
+    assert_false(pageheap_grow_in_place(a, 32 + room + 1));
+    assert_int_equal(a->npages, 32);
+    assert_true(pageheap_grow_in_place(a, 32 + room));
+    assert_int_equal(a->npages, 32 + room);
+    pageheap_free(a);
+}
+
+static void test_pageheap_purge_releases_everything_dirty(void **state)
+{
+    (void)state;
+    struct pageheap_stats st;
+    struct span *s = pageheap_alloc(2048, 1, 0, NULL); /* 16 MiB */
+    assert_non_null(s);
+    memset((void *)s->start, 1, 2048 * SA_PAGE_SIZE);
+    pageheap_free(s);
+    pageheap_get_stats(&st);
+    assert_true(st.free_dirty >= 2048 * SA_PAGE_SIZE);
+    assert_true(pageheap_purge() >= 2048 * SA_PAGE_SIZE);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.free_dirty, 0);
+    /* The memory reads back as zero and is handed out as known-zero. */
+    bool zeroed = false;
+    s = pageheap_alloc(2048, 1, 0, &zeroed);
+    assert_true(zeroed);
+    for (size_t i = 0; i < 2048 * SA_PAGE_SIZE; i += 4096)
+        assert_int_equal(((char *)s->start)[i], 0);
+    pageheap_free(s);
+}
+
+static void test_pageheap_decay(void **state)
+{
+    (void)state;
+    struct pageheap_stats st;
+    long saved = pageheap_decay_ms();
+
+    pageheap_set_decay_ms(0); /* purge at once */
+    pageheap_purge();
+    struct span *s = pageheap_alloc(100, 1, 0, NULL);
+    memset((void *)s->start, 1, 100 * SA_PAGE_SIZE);
+    pageheap_free(s);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.free_dirty, 0);
+
+    pageheap_set_decay_ms(50);
+    s = pageheap_alloc(100, 1, 0, NULL);
+    memset((void *)s->start, 1, 100 * SA_PAGE_SIZE);
+    pageheap_free(s);
+    pageheap_get_stats(&st);
+    assert_true(st.free_dirty >= 100 * SA_PAGE_SIZE);
+    struct timespec nap = {0, 200 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    pageheap_free(pageheap_alloc(1, 1, 0, NULL)); /* any heap activity decays */
+    pageheap_get_stats(&st);
+    assert_true(st.free_dirty <= 2 * SA_PAGE_SIZE);
+
+    pageheap_set_decay_ms(saved);
+}
+
+static void *failing_mmap(void *a, size_t l, int p, int f, int fd, off_t o)
+{
+    (void)a, (void)l, (void)p, (void)f, (void)fd, (void)o;
+    errno = ENOMEM;
+    return MAP_FAILED;
+}
+
+static void test_pageheap_out_of_memory(void **state)
+{
+    (void)state;
+    errno = 0;
+    assert_null(pageheap_alloc(PAGEHEAP_MAX_PAGES + 1, 1, 0, NULL));
+    assert_int_equal(errno, ENOMEM);
+    assert_null(pageheap_alloc(1, PAGEHEAP_MAX_PAGES + 1, 0, NULL));
+
+    /* The kernel says no: nothing changes, and the heap works afterwards. */
+    struct pageheap_stats before, after;
+    pageheap_get_stats(&before);
+    os_syscalls.mmap = failing_mmap;
+    errno = 0;
+    struct span *s = pageheap_alloc(1 << 16, 1, 0, NULL); /* 512 MiB: needs a new chunk */
+    os_syscalls.mmap = mmap;
+    assert_null(s);
+    assert_int_equal(errno, ENOMEM);
+    pageheap_get_stats(&after);
+    assert_int_equal(before.mapped, after.mapped);
+    pageheap_check();
+    s = pageheap_alloc(1 << 16, 1, 0, NULL);
+    assert_non_null(s);
+    pageheap_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_pageheap_alignment_up_to_1gib, check_after),
+        cmocka_unit_test_teardown(test_pageheap_split_leaves_remainder_free, check_after),
+        cmocka_unit_test_teardown(test_pageheap_coalesces_neighbours, check_after),
+        cmocka_unit_test_teardown(test_pageheap_grow_in_place_stops_at_free_neighbour, check_after),
+        cmocka_unit_test_teardown(test_pageheap_purge_releases_everything_dirty, check_after),
+        cmocka_unit_test_teardown(test_pageheap_decay, check_after),
+        cmocka_unit_test_teardown(test_pageheap_out_of_memory, check_after),
+    };
+    return cmocka_run_group_tests_name("pageheap", tests, NULL, NULL);
+}

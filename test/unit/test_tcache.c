@@ -1,0 +1,157 @@
+/*
+ * test_tcache.c: a thread cache's refill, overflow, adaptive limits, budget
+ * and destruction, on caches made for the test (not the thread's own), plus
+ * the thread's own cache across thread exit.
+ */
+#include <pthread.h>
+
+#include "unit.h"
+
+/* free() on cache `tc`, as the fast path and its slow path do it. */
+static void cache_free(struct tcache *tc, void *p)
+{
+    unsigned cls = pagemap_class(p);
+    struct tcache_bin *bin = &tc->bins[cls];
+    if (bin->count < bin->max) {
+        *(void **)p = bin->head;
+        bin->head = p;
+        bin->count++;
+    } else {
+        tcache_overflow(tc, cls, p);
+    }
+}
+
+static void *cache_malloc(struct tcache *tc, unsigned cls)
+{
+    struct tcache_bin *bin = &tc->bins[cls];
+    void *p = bin->head;
+    if (p) {
+        bin->head = *(void **)p;
+        bin->count--;
+        return p;
+    }
+    return tcache_refill(tc, cls);
+}
+
+static void test_tcache_refill_brings_a_batch(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_create();
+    assert_non_null(tc);
+    unsigned cls = sizeclass_of(48);
+    assert_int_equal(tc->bins[0].max, 0);
+    void *p = tcache_refill(tc, cls);
+    assert_non_null(p);
+    assert_int_equal(pagemap_class(p), cls);
+    assert_int_equal(tc->bins[cls].count, sizeclass_batch(cls) - 1);
+    assert_true(tc->bins[cls].max > sizeclass_batch(cls)); /* ran dry: grows */
+    tcache_check(tc);
+    cache_free(tc, p);
+    tcache_destroy(tc);
+}
+
+/* The list never passes its max, and a consumer's max shrinks back. */
+static void test_tcache_overflow_flushes_and_limits_adapt(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_create();
+    unsigned cls = sizeclass_of(200), batch = sizeclass_batch(cls), n = 4000;
+    void **objs = malloc(n * sizeof(void *));
+    for (unsigned i = 0; i < n; i++)
+        objs[i] = cache_malloc(tc, cls);
+    uint32_t grown = tc->bins[cls].max;
+    assert_true(grown > batch);
+    struct tcache *consumer = tcache_create();
+    for (unsigned i = 0; i < n; i++) {
+        cache_free(consumer, objs[i]);
+        assert_true(consumer->bins[cls].count <= consumer->bins[cls].max);
+    }
+    assert_true(consumer->bins[cls].max <= batch * 2);
+    tcache_check(consumer);
+    tcache_destroy(consumer);
+    tcache_destroy(tc);
+    central_check(cls);
+    free(objs);
+}
+
+/* A cache holding more than its budget gives half of it back.  Every class
+ * from 8 KiB up filled to its own cap would hold about 10 MiB; the 4 MiB
+ * whole-cache budget (checked every 64 slow events) must keep it far lower. */
+static void test_tcache_whole_cache_budget(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_create();
+    unsigned first = sizeclass_of(8192), per_class = 40;
+    size_t uncapped = 0, n = 0;
+    void **objs = malloc((SA_NUM_CLASSES - first) * per_class * sizeof(void *));
+    for (unsigned cls = first; cls < SA_NUM_CLASSES; cls++) {
+        uncapped += ((256u << 10) > 2 * sizeclass_size(cls) ? (256u << 10) : 2 * sizeclass_size(cls));
+        for (unsigned i = 0; i < per_class; i++)
+            objs[n++] = cache_malloc(tc, cls);
+    }
+    assert_true(uncapped >= (size_t)9 << 20);
+    for (size_t i = 0; i < n; i++)
+        cache_free(tc, objs[i]);
+    assert_true(tcache_cached_bytes(tc) <= (size_t)6 << 20);
+    tcache_check(tc);
+    tcache_destroy(tc);
+    free(objs);
+}
+
+static void test_tcache_destroy_returns_everything(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(96);
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    struct tcache *tc = tcache_create();
+    void *p[100];
+    for (int i = 0; i < 100; i++)
+        p[i] = cache_malloc(tc, cls);
+    for (int i = 0; i < 100; i++)
+        cache_free(tc, p[i]);
+    tcache_destroy(tc);
+    central_get_stats(cls, &after);
+    assert_int_equal(after.allocated, before.allocated);
+}
+
+static void *thread_body(void *arg)
+{
+    (void)arg;
+    void *p[1000];
+    for (int i = 0; i < 1000; i++)
+        p[i] = malloc(64);
+    for (int i = 0; i < 1000; i++)
+        free(p[i]);
+    return NULL;
+}
+
+/* A thread's cache is flushed when the thread exits: nothing stays allocated
+ * in the central list on its behalf. */
+static void test_tcache_thread_exit_returns_cache(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(64);
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    for (int round = 0; round < 20; round++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, thread_body, NULL), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    }
+    central_get_stats(cls, &after);
+    assert_true(after.allocated <= before.allocated + 64); /* this thread's own traffic */
+    assert_true(tcache_all_cached_bytes() < (size_t)1 << 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcache_refill_brings_a_batch),
+        cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
+        cmocka_unit_test(test_tcache_whole_cache_budget),
+        cmocka_unit_test(test_tcache_destroy_returns_everything),
+        cmocka_unit_test(test_tcache_thread_exit_returns_cache),
+    };
+    return cmocka_run_group_tests_name("tcache", tests, NULL, NULL);
+}
