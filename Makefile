@@ -70,6 +70,10 @@ build/bin/gen_size_classes: size_classes/gen_size_classes.c | build/bin
 
 size-classes: build/bin/gen_size_classes
 	$< > size_classes/size_classes.h.new && mv size_classes/size_classes.h.new size_classes/size_classes.h
+	$< --markdown > build/table.md
+	awk -v table=build/table.md '/^<!-- table:/ {print; while ((getline l < table) > 0) print l; skip=1; next} \
+	    /^<!-- end of table -->/ {skip=0} !skip' size_classes/README.md > build/README.md.new
+	mv build/README.md.new size_classes/README.md
 
 # ---- tests ----
 UNIT_TESTS  := $(patsubst test/unit/%.c,test/bin/%,$(wildcard test/unit/test_*.c))
@@ -92,7 +96,8 @@ test/bin/test_tsan_stress: test/stress/test_stress.c | test/bin
 	$(CC) $(TESTFLAGS) -fsanitize=thread -o $@ $< -lcmocka
 
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
-            SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
+            SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h \
+            SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
 test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) test/bin/cxx_threads
 	@sh test/check_exports.sh lib/libsalloc.so

@@ -116,6 +116,39 @@ static void test_sizeclass_regeneration_changes_nothing(void **state)
     free(committed);
 }
 
+/* ... and the table in size_classes/README.md is the generator's too. */
+static void test_sizeclass_readme_table_is_current(void **state)
+{
+    (void)state;
+    const char *gen = getenv("GEN_SIZE_CLASSES"), *readme = getenv("SIZE_CLASSES_README");
+    if (!gen || !readme) {
+        fprintf(stderr, "GEN_SIZE_CLASSES / SIZE_CLASSES_README not set: run through make test\n");
+        fail();
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s --markdown", gen);
+    FILE *p = popen(cmd, "r"), *f = fopen(readme, "r");
+    assert_non_null(p);
+    assert_non_null(f);
+    size_t n1, n2;
+    char *table = read_all(p, &n1), *doc = read_all(f, &n2);
+    assert_int_equal(pclose(p), 0);
+    fclose(f);
+    table = realloc(table, n1 + 1);
+    table[n1] = '\0';
+    doc = realloc(doc, n2 + 1);
+    doc[n2] = '\0';
+    const char *start = strstr(doc, "<!-- table:");
+    assert_non_null(start);
+    start = strchr(start, '\n') + 1;
+    const char *end = strstr(start, "<!-- end of table -->");
+    assert_non_null(end);
+    assert_int_equal((size_t)(end - start), n1);
+    assert_memory_equal(start, table, n1);
+    free(table);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -126,6 +159,7 @@ int main(void)
         cmocka_unit_test(test_sizeclass_lookup_is_a_table),
         cmocka_unit_test(test_sizeclass_aligned_classes),
         cmocka_unit_test(test_sizeclass_regeneration_changes_nothing),
+        cmocka_unit_test(test_sizeclass_readme_table_is_current),
     };
     return cmocka_run_group_tests_name("sizeclass", tests, NULL, NULL);
 }
