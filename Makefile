@@ -5,6 +5,7 @@
 #   make test-tsan       the stress tests built with -fsanitize=thread
 #   make bench           bench/bin/bench_core (google benchmark)
 #   make bench-compare   salloc vs glibc, jemalloc, tcmalloc, mimalloc
+#   make bench-callgrind instructions per malloc+free pair, per allocator
 #   make size-classes    regenerate size_classes/size_classes.h
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make SA_DEBUG=1      library with deep invariant checks on slow paths
@@ -61,7 +62,7 @@ lib/libsalloc.a: $(LIB_OBJS) | lib
 build/libsalloc_test.a: $(TEST_OBJS)
 	rm -f $@ && ar rcs $@ $(TEST_OBJS)
 
-build/lib build/test build/bin lib test/bin bench/bin:
+build/lib build/test build/bin build/bench lib test/bin bench/bin:
 	mkdir -p $@
 
 # ---- size classes ----
@@ -115,9 +116,30 @@ test-tsan: test/bin/test_tsan_stress
 	STRESS_SECONDS=2 test/bin/test_tsan_stress
 
 # ---- benchmarks ----
-BENCH_C  := $(wildcard bench/*.c)
+# C bodies; bench/bench_core.cc registers them with google benchmark.  No
+# allocator is linked: the scripts swap allocators with LD_PRELOAD.
+BENCH_C      := $(filter-out bench/callgrind_pair.c,$(wildcard bench/*.c))
+BENCH_OBJS   := $(BENCH_C:bench/%.c=build/bench/%.o)
+BENCH_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fno-builtin-malloc -fno-builtin-free
 
-.PHONY: all test test-tsan size-classes install clean bench bench-compare
+build/bench/%.o: bench/%.c bench/bench_bodies.h | build/bench
+	$(CC) $(BENCH_CFLAGS) -c $< -o $@
+
+bench/bin/bench_core: bench/bench_core.cc bench/bench_bodies.h $(BENCH_OBJS) | bench/bin
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -o $@ $< $(BENCH_OBJS) -lbenchmark -lpthread
+
+bench/bin/callgrind_pair: bench/callgrind_pair.c | bench/bin
+	$(CC) $(BENCH_CFLAGS) -o $@ $<
+
+bench: bench/bin/bench_core bench/bin/callgrind_pair
+
+bench-compare: all bench/bin/bench_core
+	bash bench/compare.sh
+
+bench-callgrind: all bench/bin/callgrind_pair
+	bash bench/callgrind.sh
+
+.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-callgrind
 
 # ---- install ----
 install: all

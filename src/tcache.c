@@ -1,9 +1,9 @@
 /*
  * tcache.c: thread cache slow paths (see tcache.h).
  *
- * Limits.  Each list's max starts at its class's batch and grows by a batch
- * each time the list runs dry (the thread wants more than it holds), up to
- * a per-class cap of TCACHE_CLASS_BYTES worth of objects.  When a list
+ * Limits.  Each list's max starts small and grows each time the list runs
+ * dry (the thread wants more than it holds): doubling up to the class's
+ * batch, then a batch at a time, up to a per-class cap of TCACHE_CLASS_BYTES worth of objects.  When a list
  * overflows repeatedly, max shrinks again: a thread that only frees (a
  * consumer) keeps a short list.  Every TCACHE_BUDGET_CHECK slow events the
  * whole cache is weighed; above TCACHE_BUDGET bytes, every list gives half of
@@ -27,6 +27,9 @@
 /* Whole-cache budget and how often it is checked (in slow-path events). */
 #define TCACHE_BUDGET ((size_t)4 << 20)
 #define TCACHE_BUDGET_CHECK 64u
+/* A new list's max, and so its first refill: doubles on each refill up to
+ * the class's batch, then grows a batch at a time. */
+#define TCACHE_INITIAL_MAX 4u
 /* Overflows tolerated before a list's max shrinks by one batch. */
 #define TCACHE_MAX_OVERFLOWS 3
 
@@ -58,7 +61,8 @@ struct tcache *tcache_create(void)
 
     memset(tc, 0, sizeof(*tc));
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        tc->bins[cls].max = sizeclass_batch(cls);
+        tc->bins[cls].max = TCACHE_INITIAL_MAX < sizeclass_batch(cls) ? TCACHE_INITIAL_MAX
+                                                                      : sizeclass_batch(cls);
 
     sa_lock(&registry_lock);
     tc->next = registry;
@@ -128,14 +132,17 @@ static void enforce_budget(struct tcache *tc)
 void *tcache_refill(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
+    uint32_t batch = sizeclass_batch(cls);
     void *head, *tail;
-    unsigned n = central_alloc_batch(cls, sizeclass_batch(cls), &head, &tail);
+    /* Slow start: fetch max objects (it starts small), so a short-lived
+     * thread that wants one object does not carve and touch a whole batch. */
+    unsigned n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, &head, &tail);
     if (n == 0)
         return NULL;
     *(void **)tail = bin->head;
     bin->head = *(void **)head;
     bin->count += n - 1;
-    uint32_t cap = class_cap(cls), grown = bin->max + sizeclass_batch(cls);
+    uint32_t cap = class_cap(cls), grown = bin->max < batch ? bin->max * 2 : bin->max + batch;
     bin->max = grown < cap ? grown : cap;
     enforce_budget(tc);
     return head;

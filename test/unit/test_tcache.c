@@ -33,20 +33,34 @@ static void *cache_malloc(struct tcache *tc, unsigned cls)
     return tcache_refill(tc, cls);
 }
 
-static void test_tcache_refill_brings_a_batch(void **state)
+/* Refills start small and double up to the class's batch (slow start), so
+ * a short-lived thread does not carve a whole batch for one object. */
+static void test_tcache_refill_slow_starts_to_a_batch(void **state)
 {
     (void)state;
     struct tcache *tc = tcache_create();
     assert_non_null(tc);
-    unsigned cls = sizeclass_of(48);
+    unsigned cls = sizeclass_of(48), batch = sizeclass_batch(cls);
     assert_int_equal(tc->bins[0].max, 0);
-    void *p = tcache_refill(tc, cls);
-    assert_non_null(p);
-    assert_int_equal(pagemap_class(p), cls);
-    assert_int_equal(tc->bins[cls].count, sizeclass_batch(cls) - 1);
-    assert_true(tc->bins[cls].max > sizeclass_batch(cls)); /* ran dry: grows */
+    unsigned expect = 4, fetched[8];
+    void *keep[1024];
+    unsigned nkeep = 0;
+    for (int r = 0; r < 8; r++) {
+        void *p = tcache_refill(tc, cls);
+        assert_non_null(p);
+        assert_int_equal(pagemap_class(p), cls);
+        fetched[r] = tc->bins[cls].count + 1;
+        keep[nkeep++] = p;
+        while (tc->bins[cls].count) /* empty the list so the next call refills */
+            keep[nkeep++] = cache_malloc(tc, cls);
+        assert_int_equal(fetched[r], expect);
+        expect = expect * 2 < batch ? expect * 2 : batch;
+    }
+    assert_int_equal(fetched[7], batch);
+    assert_true(tc->bins[cls].max > batch); /* keeps growing past a batch */
     tcache_check(tc);
-    cache_free(tc, p);
+    for (unsigned i = 0; i < nkeep; i++)
+        cache_free(tc, keep[i]);
     tcache_destroy(tc);
 }
 
@@ -147,7 +161,7 @@ static void test_tcache_thread_exit_returns_cache(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcache_refill_brings_a_batch),
+        cmocka_unit_test(test_tcache_refill_slow_starts_to_a_batch),
         cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
