@@ -165,7 +165,7 @@ install: all
 	install -m 644 include/salloc.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 man/salloc.3 $(DESTDIR)$(MANDIR)/man3/
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
-	    'Name: salloc' 'Description: memory allocator with built-in heap profiling' \
+	    'Name: salloc' 'Description: general-purpose memory allocator' \
 	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lsalloc' 'Libs.private: -pthread' \
 	    'Cflags: -I$${includedir}' > $(DESTDIR)$(PKGCONFIGDIR)/salloc.pc
 

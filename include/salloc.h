@@ -17,9 +17,14 @@
 #define SALLOC_VERSION_MINOR 1
 #define SALLOC_VERSION_PATCH 0
 
-#ifdef __cplusplus
+/* The same exception specification as the C library's own declarations, so
+ * that this header and <stdlib.h> can both be included, in C and C++. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
 extern "C" {
 #define SALLOC_NOTHROW noexcept(true)
+#elif defined(__cplusplus)
+extern "C" {
+#define SALLOC_NOTHROW throw()
 #else
 #define SALLOC_NOTHROW __attribute__((nothrow))
 #endif
