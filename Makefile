@@ -87,8 +87,11 @@ $(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h build/libsalloc_test.a
 
 # Stress and integration tests use only the public API; they run with salloc
 # preloaded, so the same binary can be compared against other allocators.
-$(STRESS_TESTS) $(INTEG_TESTS): test/bin/%: test/*/%.c | test/bin
-	$(CC) $(TESTFLAGS) -o $@ $(filter %.c,$^) -lcmocka
+$(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
+	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
+
+$(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
+	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl
 
 test/bin/cxx_threads: test/integration/cxx_threads.cc | test/bin
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
