@@ -27,11 +27,8 @@ SA_FAST_PATH void *fast_malloc(size_t size)
     if (likely(size <= SA_MAX_SMALL)) {
         struct tcache_bin *bin = &tcache_get()->bins[sizeclass_of(size)];
         void *obj = bin->head;
-        if (likely(obj != NULL)) {
-            bin->head = *(void **)obj;
-            bin->count--;
-            return obj;
-        }
+        if (likely(obj != NULL))
+            return tcache_bin_pop(bin, obj);
     }
     return malloc_slow(size);
 }
@@ -41,9 +38,7 @@ SA_FAST_PATH void fast_free(void *p)
     unsigned cls = pagemap_class(p);
     struct tcache_bin *bin = &tcache_get()->bins[cls];
     if (likely(bin->count < bin->max)) {
-        *(void **)p = bin->head;
-        bin->head = p;
-        bin->count++;
+        tcache_bin_push(bin, p);
         return;
     }
     free_slow(p, cls);

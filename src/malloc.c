@@ -45,11 +45,8 @@ SA_SLOW_PATH static void *alloc_small_slow(unsigned cls)
     void *obj, *tail;
     if (tc) {
         struct tcache_bin *bin = &tc->bins[cls];
-        if ((obj = bin->head)) { /* a cache just created for this thread */
-            bin->head = *(void **)obj;
-            bin->count--;
-            return obj;
-        }
+        if ((obj = bin->head)) /* a cache just created for this thread */
+            return tcache_bin_pop(bin, obj);
         obj = tcache_refill(tc, cls);
     } else if (!central_alloc_batch(cls, 1, &obj, &tail)) {
         obj = NULL;
@@ -92,13 +89,10 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
         return;
     }
     struct tcache_bin *bin = &tc->bins[cls];
-    if (bin->count < bin->max) { /* a cache just created for this thread */
-        *(void **)p = bin->head;
-        bin->head = p;
-        bin->count++;
-        return;
-    }
-    tcache_overflow(tc, cls, p);
+    if (bin->count < bin->max) /* a cache just created for this thread */
+        tcache_bin_push(bin, p);
+    else
+        tcache_overflow(tc, cls, p);
 }
 
 /* ---- helpers shared by the entry points ---- */
@@ -108,12 +102,7 @@ static inline void *alloc_class(unsigned cls)
 {
     struct tcache_bin *bin = &tcache_get()->bins[cls];
     void *obj = bin->head;
-    if (likely(obj != NULL)) {
-        bin->head = *(void **)obj;
-        bin->count--;
-        return obj;
-    }
-    return alloc_small_slow(cls);
+    return likely(obj != NULL) ? tcache_bin_pop(bin, obj) : alloc_small_slow(cls);
 }
 
 /* `size` bytes aligned to `align` (a power of two). */

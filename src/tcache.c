@@ -151,9 +151,7 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
 {
     struct tcache_bin *bin = &tc->bins[cls];
-    *(void **)obj = bin->head;
-    bin->head = obj;
-    bin->count++;
+    tcache_bin_push(bin, obj);
     uint32_t batch = sizeclass_batch(cls);
     flush_bin(tc, cls, bin->count < batch ? bin->count : batch);
     if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {

@@ -51,6 +51,21 @@ extern struct tcache tcache_empty;
 
 static inline struct tcache *tcache_get(void) { return tcache_tls; }
 
+/* The list operations themselves; callers check emptiness and max. */
+static inline void *tcache_bin_pop(struct tcache_bin *bin, void *obj)
+{
+    bin->head = *(void **)obj;
+    bin->count--;
+    return obj;
+}
+
+static inline void tcache_bin_push(struct tcache_bin *bin, void *obj)
+{
+    *(void **)obj = bin->head;
+    bin->head = obj;
+    bin->count++;
+}
+
 /* A new, registered cache with empty lists; NULL with ENOMEM. */
 struct tcache *tcache_create(void);
 /* Flushes every list and unregisters `tc`; its record is reused later. */

@@ -12,25 +12,17 @@ static void cache_free(struct tcache *tc, void *p)
 {
     unsigned cls = pagemap_class(p);
     struct tcache_bin *bin = &tc->bins[cls];
-    if (bin->count < bin->max) {
-        *(void **)p = bin->head;
-        bin->head = p;
-        bin->count++;
-    } else {
+    if (bin->count < bin->max)
+        tcache_bin_push(bin, p);
+    else
         tcache_overflow(tc, cls, p);
-    }
 }
 
 static void *cache_malloc(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
     void *p = bin->head;
-    if (p) {
-        bin->head = *(void **)p;
-        bin->count--;
-        return p;
-    }
-    return tcache_refill(tc, cls);
+    return p ? tcache_bin_pop(bin, p) : tcache_refill(tc, cls);
 }
 
 /* Refills start small and double up to the class's batch (slow start), so
