@@ -40,16 +40,25 @@ SHLIB  := lib/libsalloc.so.$(VERSION)
 
 all: $(SHLIB) lib/libsalloc.so lib/libsalloc.a
 
+# Every salloc function goes into one section, salloc_text, whose bounds the
+# linker exports (__start_/__stop_salloc_text): the profiler cuts salloc's
+# own frames off captured stacks with them (src/stack.h), in the shared
+# library and in a static link alike.
+TEXT_SECTIONS := .text .text.unlikely .text.hot .text.startup .text.exit
+TO_SALLOC_TEXT = objcopy $(foreach t,$(TEXT_SECTIONS),--rename-section $(t)=salloc_text) $@.tmp $@ && rm -f $@.tmp
+
 build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/lib
-	$(CC) $(LIBFLAGS) -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@
+	$(CC) $(LIBFLAGS) -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
 
 # Test builds: the same sources with the OS seam writable (SA_TESTING) and
 # invariant checks on, archived so unit tests reach internals.
 build/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/test
-	$(CC) $(LIBFLAGS) -DSA_TESTING -DSA_DEBUG_BUILD=1 -c $< -o $@
+	$(CC) $(LIBFLAGS) -DSA_TESTING -DSA_DEBUG_BUILD=1 -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
 
 $(SHLIB): $(LIB_OBJS) | lib
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -pthread \
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden -pthread \
 	    $(LDFLAGS) -o $@ $(LIB_OBJS)
 
 lib/libsalloc.so: $(SHLIB)
@@ -83,7 +92,7 @@ INTEG_TESTS := $(patsubst test/integration/%.c,test/bin/%,$(wildcard test/integr
 
 # Unit tests link the test archive: salloc is their malloc, internals included.
 $(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h build/libsalloc_test.a | test/bin
-	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka
+	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka -lm
 
 # Stress and integration tests use only the public API; they run with salloc
 # preloaded, so the same binary can be compared against other allocators.
@@ -108,7 +117,8 @@ TSAN_RENAME := $(foreach f,$(TSAN_API),-D$(f)=sa_tsan_$(f))
 TSAN_OBJS   := $(SRCS:src/%.c=build/tsan/%.o)
 
 build/tsan/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/tsan
-	$(CC) $(LIBFLAGS) -fsanitize=thread -DSA_DEBUG_BUILD=1 $(TSAN_RENAME) -c $< -o $@
+	$(CC) $(LIBFLAGS) -fsanitize=thread -DSA_DEBUG_BUILD=1 $(TSAN_RENAME) -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
 
 test/bin/test_tsan_stress: test/stress/test_stress.c $(TSAN_OBJS) | test/bin
 	$(CC) $(TESTFLAGS) -fsanitize=thread $(TSAN_RENAME) -o $@ $< $(TSAN_OBJS) -lcmocka

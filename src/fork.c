@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "central.h"
+#include "dump.h"
 #include "init.h"
 #include "meta.h"
 #include "pageheap.h"
@@ -13,6 +14,7 @@
 
 static void prefork(void)
 {
+    prof_prefork();
     tcache_prefork();
     central_prefork();
     pageheap_prefork();
@@ -25,6 +27,7 @@ static void postfork_parent(void)
     pageheap_postfork_parent();
     central_postfork_parent();
     tcache_postfork_parent();
+    prof_postfork_parent();
 }
 
 static void postfork_child(void)
@@ -33,6 +36,7 @@ static void postfork_child(void)
     pageheap_postfork_child();
     central_postfork_child();
     tcache_postfork_child(init_current_cache());
+    prof_postfork_child();
 }
 
 void fork_init(void)

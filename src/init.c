@@ -16,6 +16,7 @@
 #include <sched.h>
 
 #include "conf.h"
+#include "dump.h"
 #include "fork.h"
 #include "tcache.h"
 
@@ -51,6 +52,7 @@ static bool global_init(void)
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         in_set_up = true;
         conf_init();
+        prof_boot();
         pthread_key_create(&exit_key, thread_exit);
         fork_init();
         in_set_up = false;
@@ -71,6 +73,7 @@ struct tcache *init_thread_cache(void)
     struct tcache *tc = tcache_create();
     if (!tc)
         return NULL;
+    prof_thread_init(tc);
     /* Cache in place before pthread_setspecific, which may call calloc. */
     tcache_tls = tc;
     thread_state = THREAD_CACHED;

@@ -28,7 +28,9 @@
 #include "init.h"
 #include "log.h"
 #include "os.h"
+#include "dump.h"
 #include "pageheap.h"
+#include "sampler.h"
 
 /* ---- slow paths ---- */
 
@@ -37,50 +39,104 @@ SA_SLOW_PATH SA_NORETURN static void invalid_pointer(const char *fn, const void 
     sa_fatal("%s(): invalid pointer %p", fn, p);
 }
 
-/* An object of class `cls` when its list in this thread is empty (or the
- * thread has no cache yet, or must go uncached). */
-SA_SLOW_PATH static void *alloc_small_slow(unsigned cls)
+/* An object of class `cls`, sampling already decided: from this thread's
+ * list (refilled if empty), or straight from the central list when the
+ * thread must go uncached. */
+static void *alloc_small(struct tcache *tc, unsigned cls)
 {
-    struct tcache *tc = init_thread_cache();
     void *obj, *tail;
     if (tc) {
         struct tcache_bin *bin = &tc->bins[cls];
-        if ((obj = bin->head)) /* a cache just created for this thread */
-            return tcache_bin_pop(bin, obj);
-        obj = tcache_refill(tc, cls);
-    } else if (!central_alloc_batch(cls, 1, &obj, &tail)) {
-        obj = NULL;
+        return (obj = bin->head) ? tcache_bin_pop(bin, obj) : tcache_refill(tc, cls);
     }
-    if (!obj)
-        errno = ENOMEM;
-    return obj;
+    return central_alloc_batch(cls, 1, &obj, &tail) ? obj : NULL;
 }
 
-/* A large allocation: its own span of whole pages.  *zeroed says whether
+/* A large allocation of `pages` pages: its own span.  *zeroed says whether
  * its memory is known to be zero (fresh or purged pages). */
-static void *alloc_large(size_t size, size_t align, bool *zeroed)
+static void *alloc_large(size_t pages, size_t align, bool *zeroed)
 {
     size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
-    struct span *s = pageheap_alloc(sa_pages_for(size), align_pages, 0, zeroed);
-    if (!s) {
+    struct span *s = pageheap_alloc(pages, align_pages, 0, zeroed);
+    return s ? (void *)s->start : NULL;
+}
+
+/* A sampled allocation: its own pages, plus a proxy object for a small one. */
+static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
+                           uint64_t rate)
+{
+    void *proxy = NULL;
+    if (cls && !(proxy = alloc_small(tc, cls)))
+        return NULL;
+    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy);
+    if (!p && proxy)
+        fast_free(proxy);
+    return p;
+}
+
+/* Every allocation the fast path did not serve: `size` bytes aligned to
+ * `align` (a power of two; up to 16 every class will do).  Counts it for
+ * the sampler, samples it if due, else allocates it normally.  *zeroed (if
+ * not NULL) says whether the memory is known to be zero. */
+static void *alloc_slow(size_t size, size_t align, bool *zeroed)
+{
+    unsigned cls = 0;
+    if (size <= SA_MAX_SMALL)
+        cls = align <= 16 ? sizeclass_of(size) : sizeclass_aligned(size, align);
+    size_t pages = sa_pages_for(size ? size : 1);
+    if (!cls && pages > PAGEHEAP_MAX_PAGES) {
         errno = ENOMEM;
         return NULL;
     }
-    return (void *)s->start;
+    size_t usable = cls ? sizeclass_size(cls) : pages << SA_PAGE_SHIFT;
+    struct tcache *tc = init_thread_cache();
+    void *p = NULL;
+    if (zeroed)
+        *zeroed = false;
+    if (tc) {
+        uint64_t rate = sampler_account(tc, usable);
+        if (unlikely(rate) && (p = alloc_sampled(tc, cls, usable, align, rate))) {
+            if (zeroed)
+                *zeroed = true; /* a fresh mapping */
+            return p;
+        }
+    }
+    p = cls ? alloc_small(tc, cls) : alloc_large(pages, align, zeroed);
+    if (!p)
+        errno = ENOMEM;
+    prof_maybe_gdump();
+    return p;
 }
 
 SA_SLOW_PATH void *malloc_slow(size_t size)
 {
-    if (size <= SA_MAX_SMALL)
-        return alloc_small_slow(sizeclass_of(size));
-    return alloc_large(size, 1, NULL);
+    return alloc_slow(size, 1, NULL);
+}
+
+/* Frees what is not a small object: a sampled allocation, a large one, or
+ * a pointer salloc did not return. */
+static void free_not_small(void *p, const char *fn)
+{
+    struct span *s = pageheap_sampled_span(p);
+    size_t usable;
+    if (s) {
+        void *proxy;
+        usable = prof_free_sampled(s, &proxy);
+        if (proxy)
+            fast_free(proxy);
+    } else if (!(usable = pageheap_free_large(p))) {
+        invalid_pointer(fn, p);
+    }
+    struct tcache *tc = init_current_cache();
+    if (tc)
+        tc->bytes_freed += usable;
 }
 
 SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 {
     if (cls == 0) {
-        if (p && !pageheap_free_large(p))
-            invalid_pointer("free", p);
+        if (p)
+            free_not_small(p, "free");
         return;
     }
     struct tcache *tc = init_thread_cache();
@@ -88,6 +144,7 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
         central_free_batch(cls, p, 1);
         return;
     }
+    tc->bytes_freed += sizeclass_size(cls);
     struct tcache_bin *bin = &tc->bins[cls];
     if (bin->count < bin->max) /* a cache just created for this thread */
         tcache_bin_push(bin, p);
@@ -97,14 +154,6 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 
 /* ---- helpers shared by the entry points ---- */
 
-/* An object of a given class: the fast pop, else the slow path. */
-static inline void *alloc_class(unsigned cls)
-{
-    struct tcache_bin *bin = &tcache_get()->bins[cls];
-    void *obj = bin->head;
-    return likely(obj != NULL) ? tcache_bin_pop(bin, obj) : alloc_small_slow(cls);
-}
-
 /* `size` bytes aligned to `align` (a power of two). */
 static void *alloc_aligned(size_t align, size_t size)
 {
@@ -112,10 +161,11 @@ static void *alloc_aligned(size_t align, size_t size)
         return fast_malloc(align == 16 && size < 16 ? 16 : size);
     if (size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE) {
         unsigned cls = sizeclass_aligned(size, align);
-        if (cls)
-            return alloc_class(cls);
+        void *p = cls ? tcache_alloc_fast(cls) : NULL;
+        if (p)
+            return p;
     }
-    return alloc_large(size ? size : 1, align, NULL);
+    return alloc_slow(size, align, NULL);
 }
 
 /* Usable size of a live allocation; aborts naming `fn` on a foreign one. */
@@ -124,8 +174,10 @@ static size_t usable_size(const void *p, const char *fn)
     unsigned cls = pagemap_class(p);
     if (cls)
         return sizeclass_size(cls);
-    struct span *s = pageheap_large_span(p);
-    if (!s)
+    struct span *s = pageheap_sampled_span(p);
+    if (s)
+        return prof_sampled_usable(s);
+    if (!(s = pageheap_large_span(p)))
         invalid_pointer(fn, p);
     return s->npages << SA_PAGE_SHIFT;
 }
@@ -138,9 +190,9 @@ static bool resize_in_place(void *p, size_t old, size_t n)
         /* Keep a small object unless a smaller class would save over half. */
         return old <= SA_MAX_SMALL && n <= old &&
                (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
-    if (old <= SA_MAX_SMALL)
+    struct span *s = old > SA_MAX_SMALL ? pageheap_large_span(p) : NULL;
+    if (!s) /* small, or a sampled allocation: move it */
         return false;
-    struct span *s = pageheap_large_span(p);
     size_t pages = sa_pages_for(n);
     if (pages == s->npages)
         return true;
@@ -170,14 +222,12 @@ SA_EXPORT void *calloc(size_t nmemb, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    if (bytes <= SA_MAX_SMALL) {
-        void *p = fast_malloc(bytes);
-        if (p)
-            memset(p, 0, bytes);
-        return p;
-    }
+    void *p;
     bool zeroed = false;
-    void *p = alloc_large(bytes, 1, &zeroed);
+    if (bytes <= SA_MAX_SMALL && (p = tcache_alloc_fast(sizeclass_of(bytes))))
+        zeroed = false;
+    else
+        p = alloc_slow(bytes, 1, &zeroed);
     if (p && !zeroed)
         memset(p, 0, bytes);
     return p;

@@ -238,7 +238,7 @@ static struct span *grow(size_t npages, size_t align_pages)
         errno = ENOMEM;
         return NULL;
     }
-    stats.mapped += bytes;
+    __atomic_store_n(&stats.mapped, stats.mapped + bytes, __ATOMIC_RELAXED);
     s->start = (uintptr_t)p;
     s->npages = bytes >> SA_PAGE_SHIFT;
     s->state = SPAN_FREE;
@@ -357,15 +357,15 @@ static bool is_large_start(const struct span *s, const void *p)
     return s && s->state == SPAN_LARGE && s->start == (uintptr_t)p;
 }
 
-bool pageheap_free_large(void *p)
+size_t pageheap_free_large(void *p)
 {
     sa_lock(&ph_lock);
     struct span *s = pagemap_span(p);
-    bool ok = is_large_start(s, p);
-    if (ok)
+    size_t bytes = is_large_start(s, p) ? s->npages << SA_PAGE_SHIFT : 0;
+    if (bytes)
         free_locked(s);
     sa_unlock(&ph_lock);
-    return ok;
+    return bytes;
 }
 
 struct span *pageheap_large_span(const void *p)
@@ -415,6 +415,39 @@ bool pageheap_grow_in_place(struct span *s, size_t npages)
     sa_unlock(&ph_lock);
     return ok;
 }
+
+struct span *pageheap_register_sampled(void *start, size_t npages, void *sample)
+{
+    sa_lock(&ph_lock);
+    struct span *s = NULL;
+    if (pagemap_ensure((uintptr_t)start >> SA_PAGE_SHIFT, npages) && (s = record_new())) {
+        s->start = (uintptr_t)start;
+        s->npages = npages;
+        s->state = SPAN_SAMPLED;
+        s->sample = sample;
+        register_ends(s);
+        stats.sampled += npages << SA_PAGE_SHIFT;
+    }
+    sa_unlock(&ph_lock);
+    return s;
+}
+
+void pageheap_unregister_sampled(struct span *s)
+{
+    sa_lock(&ph_lock);
+    stats.sampled -= s->npages << SA_PAGE_SHIFT;
+    record_release(s); /* stale pagemap entries now see SPAN_UNUSED */
+    sa_unlock(&ph_lock);
+}
+
+struct span *pageheap_sampled_span(const void *p)
+{
+    /* Lock-free for the same reason as pageheap_large_span. */
+    struct span *s = pagemap_span(p);
+    return s && s->state == SPAN_SAMPLED && s->start == (uintptr_t)p ? s : NULL;
+}
+
+size_t pageheap_mapped_bytes(void) { return __atomic_load_n(&stats.mapped, __ATOMIC_RELAXED); }
 
 size_t pageheap_purge(void)
 {

@@ -37,9 +37,10 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
 /* Gives a span (small or large) back; it may merge with free neighbours. */
 void pageheap_free(struct span *s);
 
-/* Frees the large allocation that starts at `p`.  Returns false, changing
- * nothing, if `p` is not the start of a live large span. */
-bool pageheap_free_large(void *p);
+/* Frees the large allocation that starts at `p` and returns its length in
+ * bytes; returns 0, changing nothing, if `p` is not the start of a live
+ * large span. */
+size_t pageheap_free_large(void *p);
 
 /* The live large span starting at `p`, or NULL if there is none. */
 struct span *pageheap_large_span(const void *p);
@@ -50,6 +51,18 @@ void pageheap_shrink(struct span *s, size_t npages);
 /* Grows a large span in place to `npages` (> its length) by taking the start
  * of the free span right after it.  False, changing nothing, if it can't. */
 bool pageheap_grow_in_place(struct span *s, size_t npages);
+
+/* Records a sampled allocation's own mapping [start, start + npages pages)
+ * in the pagemap as a SPAN_SAMPLED span owned by `sample`; NULL on ENOMEM.
+ * pageheap_unregister_sampled() forgets it (the caller unmaps it). */
+struct span *pageheap_register_sampled(void *start, size_t npages, void *sample);
+void pageheap_unregister_sampled(struct span *s);
+
+/* The live sampled span starting at `p`, or NULL. */
+struct span *pageheap_sampled_span(const void *p);
+
+/* Bytes mapped for the heap so far (a lock-free read, for prof.gdump). */
+size_t pageheap_mapped_bytes(void);
 
 /* Returns every dirty free page to the kernel now; the number of bytes. */
 size_t pageheap_purge(void);
@@ -66,6 +79,7 @@ struct pageheap_stats {
     size_t large;      /* bytes in live large spans */
     size_t small;      /* bytes in small spans */
     size_t purged;     /* bytes handed back with madvise, ever */
+    size_t sampled;    /* bytes in sampled allocations' own mappings */
 };
 void pageheap_get_stats(struct pageheap_stats *st);
 

@@ -7,7 +7,9 @@
  *   SPAN_SMALL  cut into objects of one size class, owned by that class's
  *               central list (central.c);
  *   SPAN_LARGE  one allocation bigger than the largest class, or aligned
- *               beyond what any class offers.
+ *               beyond what any class offers;
+ *   SPAN_SAMPLED a sampled allocation on its own mapping (prof.c): not part
+ *               of the heap's chunks, never free, never merged.
  *
  * Who writes what: the page heap (under its lock) writes start, npages,
  * state and the free-span fields; the class's central list (under its lock)
@@ -25,7 +27,7 @@
 
 /* SPAN_UNUSED marks a record on the page heap's spare list: a stale pagemap
  * entry may still point at it, and it must never look like a live span. */
-enum span_state { SPAN_FREE = 0, SPAN_SMALL = 1, SPAN_LARGE = 2, SPAN_UNUSED = 3 };
+enum span_state { SPAN_FREE = 0, SPAN_SMALL = 1, SPAN_LARGE = 2, SPAN_UNUSED = 3, SPAN_SAMPLED = 4 };
 
 struct span {
     uintptr_t start;     /* address of the first page */
@@ -39,6 +41,7 @@ struct span {
     uint32_t allocated;  /* small: objects handed out (thread caches + user) */
     uint32_t carved;     /* small: objects ever cut from the span (bump) */
     void *freelist;      /* small: returned objects, linked through word 0 */
+    void *sample;        /* sampled: its record (prof.c) */
     uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */
     struct span *lru_next, *lru_prev; /* free, dirty: oldest first (decay) */
 };

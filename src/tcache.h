@@ -22,6 +22,7 @@
 #ifndef SA_TCACHE_H
 #define SA_TCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,11 +35,30 @@ struct tcache_bin {
     uint32_t max;
 };
 
+/* The profiler's per-thread state, kept here so the fast path reaches the
+ * counter with the same pointer.  Written only by the owning thread, only
+ * by sampler.c and prof.c (slow paths). */
+struct tcache_prof {
+    uint64_t prng;       /* xorshift state, seeded per thread */
+    uint64_t rate;       /* R the current interval was drawn with; 0: not sampling */
+    int64_t carry;       /* rest of the interval beyond bytes_until_sample */
+    uint64_t alloc_base; /* thread.allocated = alloc_base - (bytes_until_sample + carry) */
+    uint64_t reported;   /* thread.allocated already added to prof's total */
+    uint32_t gen;        /* sampler generation last applied (rate/activity) */
+    bool active;         /* thread.prof.active */
+    bool in_prof;        /* reentrancy guard: inside sampling or stack capture */
+    char name[64];       /* thread.prof.name, "" if unset */
+};
+
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
-    /* The sampler's place (next issue): bytes left to allocate before the
-     * next sample is due.  Not used yet. */
+    /* Bytes the thread may still allocate before the next sample is due.
+     * malloc's fast path subtracts each object's usable size and goes to
+     * the slow path instead of letting it drop below zero (sampler.h). */
     int64_t bytes_until_sample;
+    /* thread.deallocated: usable bytes this thread freed (free adds). */
+    uint64_t bytes_freed;
+    struct tcache_prof prof;
     /* Slow-path bookkeeping. */
     uint32_t events;                      /* refills + overflows, for budget checks */
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */

@@ -4,7 +4,9 @@
 lib=${1:?usage: check_exports.sh lib/libsalloc.so}
 want="aligned_alloc calloc free free_aligned_sized free_sized malloc malloc_trim
 malloc_usable_size memalign posix_memalign pvalloc realloc reallocarray valloc"
-got=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TWDBV]$/ {print $3}' | sort | tr '\n' ' ')
+# Defined, default-visibility dynamic symbols (hidden ones, such as the
+# linker's __start_/__stop_salloc_text, are listed by nm -D but not exported).
+got=$(readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && $6 == "DEFAULT" && ($5 == "GLOBAL" || $5 == "WEAK") {sub(/@.*/, "", $8); print $8}' | sort | tr '\n' ' ')
 want=$(echo $want | tr ' ' '\n' | sort | tr '\n' ' ')
 if [ "$got" != "$want" ]; then
     echo "check_exports: $lib exports: $got"

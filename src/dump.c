@@ -1,0 +1,275 @@
+/*
+ * dump.c: the jemalloc heap_v2 writer (spec/heap-dump-formats.md, sections
+ * 1 and 2).  Samples are snapshotted (prof_snapshot, one shard lock at a
+ * time), grouped by (stack, usable size Z, rate R), and written so that
+ * jeprof's own per-stack rescaling returns the unbiased sums exactly:
+ *
+ *   a group taken at the header's rate R:  n = N, s = N * Z   (jeprof
+ *     divides by p(Z) = 1 - e^(-Z/R): exactly this group's unbiased sums);
+ *   a group taken at another rate R':      C = N / p_R'(Z), S = C * Z, then
+ *     the change of variables x = S/C, n = C p_R(x), s = S p_R(x).
+ *
+ * Several records may repeat a stack; jeprof and pprof add them up.
+ *
+ * Never calls malloc: buffers come from os_map, numbers from sa_format.
+ * The file is written as <path>.tmp.<pid> and renamed over <path> only when
+ * complete, so a failure leaves nothing behind and never damages an older
+ * dump at <path>.
+ */
+#define _GNU_SOURCE
+#include "dump.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fmath.h"
+#include "log.h"
+#include "os.h"
+#include "stack.h"
+
+#define OUT_BUF 65536
+
+struct out {
+    int fd;
+    bool failed;
+    size_t len;
+    char buf[OUT_BUF];
+};
+
+static struct out out_static; /* under the dump lock */
+
+static void out_flush(struct out *o)
+{
+    for (size_t done = 0; done < o->len && !o->failed;) {
+        ssize_t w = write(o->fd, o->buf + done, o->len - done);
+        if (w <= 0)
+            o->failed = true;
+        else
+            done += (size_t)w;
+    }
+    o->len = 0;
+}
+
+static void out_bytes(struct out *o, const char *s, size_t n)
+{
+    while (n) {
+        if (o->len == OUT_BUF)
+            out_flush(o);
+        size_t k = OUT_BUF - o->len < n ? OUT_BUF - o->len : n;
+        memcpy(o->buf + o->len, s, k);
+        o->len += k;
+        s += k;
+        n -= k;
+    }
+}
+
+static void out_fmt(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_fmt(struct out *o, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = sa_vformat(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    out_bytes(o, line, n);
+}
+
+/* ---- the numbers ---- */
+
+static double p_sampled(double z, double rate) { return sa_one_minus_exp_neg(z / rate); }
+
+static unsigned long long to_count(double x)
+{
+    return x <= 0 ? 0 : x >= 1.8e19 ? ~0ull : (unsigned long long)(x + 0.5);
+}
+
+/* Unbiased sums (C objects, S bytes) -> the (n, s) to write, for rate R. */
+static void transform(double c, double s, double rate, unsigned long long *n,
+                      unsigned long long *bytes)
+{
+    if (c <= 0 || s <= 0) {
+        *n = *bytes = 0;
+        return;
+    }
+    double p = p_sampled(s / c, rate);
+    *n = to_count(c * p);
+    *bytes = to_count(s * p);
+}
+
+/* ---- sorting the snapshot without malloc: heapsort by (stack, Z, R) ---- */
+
+static int entry_cmp(const struct dump_entry *a, const struct dump_entry *b)
+{
+    if (a->stack != b->stack)
+        return (uintptr_t)a->stack < (uintptr_t)b->stack ? -1 : 1;
+    if (a->usable != b->usable)
+        return a->usable < b->usable ? -1 : 1;
+    return a->rate < b->rate ? -1 : a->rate > b->rate;
+}
+
+static void sift_down(struct dump_entry *e, size_t root, size_t n)
+{
+    for (size_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && entry_cmp(&e[child], &e[child + 1]) < 0)
+            child++;
+        if (entry_cmp(&e[root], &e[child]) >= 0)
+            return;
+        struct dump_entry t = e[root];
+        e[root] = e[child];
+        e[child] = t;
+    }
+}
+
+static void sort_entries(struct dump_entry *e, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(e, i, n);
+    for (size_t end = n; end-- > 1;) {
+        struct dump_entry t = e[0];
+        e[0] = e[end];
+        e[end] = t;
+        sift_down(e, 0, end);
+    }
+}
+
+/* ---- snapshot with the accumulated groups appended ---- */
+
+struct accum_fill {
+    struct dump_entry *e;
+    size_t n, cap;
+};
+
+static int add_accum(const struct stack_accum *g, struct prof_stack *st, void *arg)
+{
+    struct accum_fill *f = arg;
+    if (f->n == f->cap)
+        return 0;
+    f->e[f->n++] = (struct dump_entry){st, g->usable, g->rate, 0, g->count};
+    return 1;
+}
+
+static int count_accum(const struct stack_accum *g, struct prof_stack *st, void *arg)
+{
+    (void)g, (void)st;
+    ++*(size_t *)arg;
+    return 1;
+}
+
+/* ---- writing ---- */
+
+/* Unbiased sums of objects and bytes, live (c, s) and accumulated (ac, as). */
+struct sums {
+    double c, s, ac, as;
+};
+
+static void add_unbiased(struct sums *t, const struct dump_entry *g, uint64_t live,
+                         uint64_t accum)
+{
+    double z = (double)g->usable, p = p_sampled(z, (double)g->rate);
+    t->c += live / p;
+    t->s += live * z / p;
+    t->ac += accum / p;
+    t->as += accum * z / p;
+}
+
+/* Writes one record per (stack, Z, R) group of the sorted snapshot. */
+static void write_records(struct out *o, const struct dump_entry *e, size_t n, uint64_t rate)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        uint64_t live = 0, accum = 0;
+        for (; j < n && !entry_cmp(&e[i], &e[j]); j++) {
+            live += e[j].live;
+            accum += e[j].accum;
+        }
+        const struct dump_entry *g = &e[i];
+        i = j;
+        unsigned long long n1, s1, n2, s2;
+        if (g->rate == rate) {
+            n1 = live, s1 = live * g->usable, n2 = accum, s2 = accum * g->usable;
+        } else {
+            struct sums u = {0, 0, 0, 0};
+            add_unbiased(&u, g, live, accum);
+            transform(u.c, u.s, (double)rate, &n1, &s1);
+            transform(u.ac, u.as, (double)rate, &n2, &s2);
+        }
+        if (!n1 && !n2)
+            continue;
+        out_bytes(o, "@", 1);
+        for (uint32_t k = 0; k < g->stack->depth; k++)
+            out_fmt(o, " %p", g->stack->frames[k]);
+        out_fmt(o, "\n  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+    }
+}
+
+static void write_maps(struct out *o)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    out_bytes(o, "\nMAPPED_LIBRARIES:\n", 19);
+    char chunk[4096];
+    ssize_t r;
+    while ((r = read(fd, chunk, sizeof(chunk))) > 0)
+        out_bytes(o, chunk, (size_t)r);
+    close(fd);
+}
+
+/* The body: header, totals, records, maps; into `o`. */
+static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_t rate)
+{
+    sort_entries(e, n);
+    out_fmt(o, "heap_v2/%llu\n", (unsigned long long)rate);
+    /* The totals line (for humans; readers skip it) comes before the
+     * records, so the sums take a first pass over the snapshot. */
+    struct sums t = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++)
+        add_unbiased(&t, &e[i], e[i].live, e[i].accum);
+    unsigned long long n1, s1, n2, s2;
+    transform(t.c, t.s, (double)rate, &n1, &s1);
+    transform(t.ac, t.as, (double)rate, &n2, &s2);
+    out_fmt(o, "  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+    write_records(o, e, n, rate);
+    write_maps(o);
+}
+
+int dump_heap_v2(const char *path, uint64_t rate)
+{
+    char tmp[4200];
+    size_t plen = strlen(path);
+    if (plen == 0 || plen + 32 >= sizeof(tmp))
+        return -1;
+    sa_format(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+
+    /* Snapshot: live samples, then accumulated groups. */
+    size_t accum_groups = 0;
+    stack_accum_foreach(count_accum, &accum_groups);
+    size_t cap = prof_live_upper_bound() + accum_groups + 1024;
+    size_t bytes = sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
+    struct dump_entry *e = os_map(bytes, os_page_size());
+    if (!e)
+        return -1;
+    size_t n = prof_snapshot(e, cap);
+    struct accum_fill fill = {e, n, cap};
+    stack_accum_foreach(add_accum, &fill);
+    n = fill.n;
+
+    struct out *o = &out_static;
+    o->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    o->failed = o->fd < 0;
+    o->len = 0;
+    if (!o->failed) {
+        write_profile(o, e, n, rate);
+        out_flush(o);
+        if (close(o->fd) != 0)
+            o->failed = true;
+        if (o->failed || rename(tmp, path) != 0) {
+            unlink(tmp);
+            o->failed = true;
+        }
+    }
+    os_unmap(e, bytes);
+    return o->failed ? -1 : 0;
+}

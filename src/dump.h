@@ -1,0 +1,58 @@
+/*
+ * dump.h: writing heap profiles.  The profile layer's internal interface
+ * between prof.c (which owns the samples and decides when to dump) and
+ * dump.c (which writes files); also what the allocator's slow paths call to
+ * take and release samples.
+ */
+#ifndef SA_DUMP_H
+#define SA_DUMP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct prof_stack;
+struct span;
+struct tcache;
+
+/* One line of a snapshot: `live` live samples, or `accum` samples ever
+ * taken, of one (stack, usable size, rate). */
+struct dump_entry {
+    struct prof_stack *stack;
+    size_t usable;
+    uint64_t rate;
+    uint64_t live;
+    uint64_t accum;
+};
+
+/* Copies up to `cap` live samples of the current prof.reset epoch into
+ * `out`, one shard lock at a time; returns how many. */
+size_t prof_snapshot(struct dump_entry *out, size_t cap);
+/* An upper bound for the live samples (sizing a snapshot buffer). */
+size_t prof_live_upper_bound(void);
+
+/* Writes a jemalloc heap_v2 profile of the current samples to `path` with
+ * header rate `rate`, through `path`.tmp.<pid> and rename(): 0, or -1 with
+ * no file left behind.  Caller holds the dump lock. */
+int dump_heap_v2(const char *path, uint64_t rate);
+
+/* ---- allocator hooks (malloc.c, init.c) ---- */
+void prof_boot(void);
+void prof_thread_init(struct tcache *tc);
+/* Places a sampled allocation of `usable` bytes, aligned to `align`, taken
+ * at rate `rate`, holding `proxy` (NULL for large ones): its address, or
+ * NULL if it could not be recorded (the caller then allocates normally). */
+void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
+                         void *proxy);
+/* Releases a sampled allocation; returns its usable size and its proxy. */
+size_t prof_free_sampled(struct span *span, void **proxy);
+size_t prof_sampled_usable(const struct span *span);
+/* Slow-path checks for automatic dumps (no lock may be held). */
+void prof_after_sample(struct tcache *tc);
+void prof_maybe_gdump(void);
+uint64_t prof_samples_failed(void);
+
+void prof_prefork(void);
+void prof_postfork_parent(void);
+void prof_postfork_child(void);
+
+#endif

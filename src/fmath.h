@@ -1,0 +1,81 @@
+/*
+ * fmath.h: the little floating-point salloc needs, without libm (the library
+ * links only libc): natural log for drawing exponential sampling intervals,
+ * and 1 - e^-x for the sampling probability p(Z) = 1 - e^(-Z/R) used to
+ * unbias dumps (spec/heap-dump-formats.md; seeds/001).  Accurate to a few
+ * units in the last place on the domains used; test_sampler.c checks them
+ * against libm.
+ */
+#ifndef SA_FMATH_H
+#define SA_FMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define SA_LN2 0.69314718055994530942
+
+/* ln(x) for finite x > 0.  x = m * 2^e with m in [sqrt(1/2), sqrt(2)); then
+ * ln(m) = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.1716: ten odd terms of the
+ * series bring the error below 1e-15. */
+static inline double sa_ln(double x)
+{
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof(bits));
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1,2) */
+    double m;
+    memcpy(&m, &bits, sizeof(m));
+    if (m > 1.41421356237309504880) {
+        m *= 0.5;
+        e++;
+    }
+    double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
+    for (int k = 1; k <= 21; k += 2) {
+        sum += term / k;
+        term *= s2;
+    }
+    return e * SA_LN2 + 2 * sum;
+}
+
+/* e^x for x <= 0 (0 below -745).  x = k ln2 + r with |r| <= ln2/2; e^r by
+ * its Taylor series to degree 14 (error below 1e-17). */
+static inline double sa_exp_neg(double x)
+{
+    if (x < -745)
+        return 0;
+    double kf = x / SA_LN2 - 0.5;
+    int k = (int)kf; /* rounds toward zero: kf <= 0, so this is ceil */
+    if (x - k * SA_LN2 > SA_LN2 / 2)
+        k++;
+    /* Cody-Waite: ln2 in two parts, so k * ln2 is exact to ~1e-20. */
+    double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+    double term = 1, sum = 1;
+    for (int i = 1; i <= 14; i++) {
+        term *= r / i;
+        sum += term;
+    }
+    /* 2^k by building the exponent; k >= -1075 here, so scale in two steps
+     * to reach the subnormal range. */
+    int k1 = k < -1000 ? -1000 : k, k2 = k - k1;
+    uint64_t b1 = (uint64_t)(k1 + 1023) << 52, b2 = (uint64_t)(k2 + 1023) << 52;
+    double p1, p2;
+    memcpy(&p1, &b1, sizeof(p1));
+    memcpy(&p2, &b2, sizeof(p2));
+    return sum * p1 * p2;
+}
+
+/* 1 - e^-x for x >= 0, accurate also when x is tiny (8 bytes at R = 2^40):
+ * the series x - x^2/2 + x^3/6 - ... below 0.5, sa_exp_neg above. */
+static inline double sa_one_minus_exp_neg(double x)
+{
+    if (x >= 0.5)
+        return 1 - sa_exp_neg(-x);
+    double term = x, sum = 0;
+    for (int i = 1; i <= 20; i++) {
+        sum += term;
+        term *= -x / (i + 1);
+    }
+    return sum;
+}
+
+#endif

@@ -1,0 +1,461 @@
+/*
+ * prof.c: the heap profiler: option values, switches, the records of live
+ * sampled allocations, and when dumps happen (see prof.h, sampler.h).
+ *
+ * A sampled allocation lives alone on its own mapping (whole salloc pages,
+ * MADV_NOHUGEPAGE), so its residency can be read exactly later, and a
+ * sampled small allocation also holds a proxy object of its class from the
+ * ordinary slabs for its lifetime, so class and span statistics stay true.
+ * The pagemap marks the mapping as a SPAN_SAMPLED span pointing at its
+ * record, which is how free(), realloc() and malloc_usable_size() find it.
+ *
+ * Locks: live records sit on SAMPLE_SHARDS lists, each under its own lock
+ * (LOCK_RANK_SAMPLES), sharded by address so that threads sampling at once
+ * rarely meet; dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the
+ * prefix and the automatic-name counters.  No allocator lock is held while
+ * a stack is captured.  Nothing here calls malloc.
+ */
+#include "prof.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "init.h"
+#include "lock.h"
+#include "log.h"
+#include "meta.h"
+#include "os.h"
+#include "pageheap.h"
+#include "sampler.h"
+#include "stack.h"
+#include "tcache.h"
+
+/* ---- options (written by conf.c before set-up finishes) ---- */
+bool opt_prof = true;
+bool opt_prof_active = true;
+bool opt_prof_thread_active_init = true;
+size_t opt_lg_prof_sample = 19;
+char opt_prof_prefix[PROF_PREFIX_MAX] = "salloc";
+bool opt_prof_final = false;
+bool opt_prof_accum = false;
+ssize_t opt_lg_prof_interval = -1;
+bool opt_prof_gdump = false;
+
+/* ---- run-time state ---- */
+static bool active, thread_active_init, gdump;
+static uint32_t epoch = 1;       /* prof.reset generation; samples keep theirs */
+static uint64_t alloc_total;     /* bytes allocated, as reported at samples */
+static uint64_t next_interval;   /* alloc_total at which the next .i dump is due */
+static size_t gdump_high;        /* heap size at the last .u dump */
+static uint64_t samples_failed;  /* samples that could not be recorded */
+
+static sa_lock_t dump_lock = SA_LOCK_INITIALIZER(LOCK_RANK_DUMP);
+static char prefix[PROF_PREFIX_MAX];      /* under dump_lock */
+static uint64_t seq, mseq, iseq, useq;    /* under dump_lock */
+
+struct sample {
+    struct sample *next, *prev;
+    void *ptr;          /* the allocation: start of its own mapping */
+    size_t usable;      /* Z */
+    size_t map_len;     /* bytes mapped for it (whole salloc pages) */
+    uint64_t rate;      /* R its interval was drawn with */
+    struct prof_stack *stack;
+    void *proxy;        /* small: an object of its class, held for its life */
+    uint32_t epoch;
+};
+
+#define SAMPLE_SHARDS 16
+
+static struct sample_shard {
+    sa_lock_t lock;
+    struct sample *live;  /* doubly linked */
+    struct sample *spare; /* records to reuse */
+    size_t count;
+} shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
+    [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
+};
+
+static struct sample_shard *shard_of(const void *p)
+{
+    return &shards[((uintptr_t)p >> SA_PAGE_SHIFT) % SAMPLE_SHARDS];
+}
+
+/* ---- set-up ---- */
+
+static void final_dump(void);
+
+void prof_boot(void)
+{
+    active = opt_prof && opt_prof_active;
+    thread_active_init = opt_prof_thread_active_init;
+    gdump = opt_prof && opt_prof_gdump;
+    memcpy(prefix, opt_prof_prefix, sizeof(prefix));
+    next_interval = prof_interval_get();
+    gdump_high = pageheap_mapped_bytes();
+    sampler_configure(opt_lg_prof_sample, active);
+    if (!opt_prof)
+        return;
+    stack_warm_up();
+    if (opt_prof_final && prefix[0])
+        atexit(final_dump);
+}
+
+void prof_thread_init(struct tcache *tc)
+{
+    tc->prof.active = __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED);
+    sampler_thread_init(tc);
+}
+
+/* ---- switches ---- */
+
+bool prof_active_get(void) { return __atomic_load_n(&active, __ATOMIC_RELAXED); }
+
+void prof_active_set(bool on)
+{
+    if (!opt_prof)
+        return;
+    __atomic_store_n(&active, on, __ATOMIC_RELAXED);
+    sampler_configure(sampler_lg(), on);
+}
+
+bool prof_thread_active_init_get(void) { return __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED); }
+void prof_thread_active_init_set(bool on) { __atomic_store_n(&thread_active_init, on, __ATOMIC_RELAXED); }
+
+bool prof_gdump_get(void) { return __atomic_load_n(&gdump, __ATOMIC_RELAXED); }
+
+void prof_gdump_set(bool on)
+{
+    if (!opt_prof)
+        return;
+    __atomic_store_n(&gdump_high, pageheap_mapped_bytes(), __ATOMIC_RELAXED);
+    __atomic_store_n(&gdump, on, __ATOMIC_RELAXED);
+}
+
+size_t prof_lg_sample_get(void) { return opt_prof ? sampler_lg() : 0; }
+
+void prof_lg_sample_set(size_t lg)
+{
+    if (opt_prof)
+        sampler_configure(lg, prof_active_get());
+}
+
+void prof_reset(size_t lg)
+{
+    if (!opt_prof)
+        return;
+    __atomic_fetch_add(&epoch, 1, __ATOMIC_RELAXED);
+    stack_accum_reset();
+    sampler_configure(lg, prof_active_get());
+}
+
+uint64_t prof_interval_get(void)
+{
+    return opt_prof && opt_lg_prof_interval >= 0 ? (uint64_t)1 << opt_lg_prof_interval : 0;
+}
+
+size_t prof_sample_count(void)
+{
+    uint32_t now = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    size_t n = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
+        sa_lock(&shards[i].lock);
+        for (struct sample *s = shards[i].live; s; s = s->next)
+            n += s->epoch == now;
+        sa_unlock(&shards[i].lock);
+    }
+    return n;
+}
+
+uint64_t prof_samples_failed(void) { return __atomic_load_n(&samples_failed, __ATOMIC_RELAXED); }
+
+/* ---- the calling thread ---- */
+
+bool prof_thread_active_get(void)
+{
+    struct tcache *tc = init_current_cache();
+    return tc ? tc->prof.active : prof_thread_active_init_get();
+}
+
+void prof_thread_active_set(bool on)
+{
+    struct tcache *tc = init_thread_cache();
+    if (!tc)
+        return;
+    tc->prof.active = on;
+    tc->prof.gen = 0; /* redraw the interval at once */
+    sampler_refresh(tc);
+}
+
+const char *prof_thread_name_get(void)
+{
+    struct tcache *tc = init_current_cache();
+    return tc ? tc->prof.name : "";
+}
+
+int prof_thread_name_set(const char *name)
+{
+    if (!name)
+        return EFAULT;
+    for (const char *c = name; *c; c++)
+        if (!((*c > ' ' && *c < 0x7f) || *c == ' ' || *c == '\t'))
+            return EFAULT; /* isgraph() || isblank() in the C locale */
+    struct tcache *tc = init_thread_cache();
+    if (!tc)
+        return EAGAIN;
+    size_t n = strlen(name);
+    if (n >= sizeof(tc->prof.name))
+        n = sizeof(tc->prof.name) - 1;
+    memcpy(tc->prof.name, name, n);
+    tc->prof.name[n] = '\0';
+    return 0;
+}
+
+uint64_t prof_thread_allocated(void)
+{
+    struct tcache *tc = init_current_cache();
+    return tc ? sampler_thread_allocated(tc) : 0;
+}
+
+uint64_t prof_thread_deallocated(void)
+{
+    struct tcache *tc = init_current_cache();
+    return tc ? tc->bytes_freed : 0;
+}
+
+/* ---- sampled allocations ---- */
+
+static struct sample *sample_new(struct sample_shard *sh)
+{
+    sa_lock(&sh->lock);
+    struct sample *s = sh->spare;
+    if (s)
+        sh->spare = s->next;
+    sa_unlock(&sh->lock);
+    return s ? s : meta_alloc(sizeof(*s), 16);
+}
+
+static void sample_insert(struct sample_shard *sh, struct sample *s)
+{
+    sa_lock(&sh->lock);
+    s->prev = NULL;
+    s->next = sh->live;
+    if (sh->live)
+        sh->live->prev = s;
+    sh->live = s;
+    sh->count++;
+    sa_unlock(&sh->lock);
+}
+
+static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
+{
+    sa_lock(&sh->lock);
+    if (live) {
+        if (s->prev)
+            s->prev->next = s->next;
+        else
+            sh->live = s->next;
+        if (s->next)
+            s->next->prev = s->prev;
+        sh->count--;
+    }
+    s->next = sh->spare;
+    sh->spare = s;
+    sa_unlock(&sh->lock);
+}
+
+void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
+                         void *proxy)
+{
+    if (tc->prof.in_prof)
+        return NULL; /* the unwinder allocating: serve it unsampled */
+    tc->prof.in_prof = true;
+
+    void *frames[STACK_MAX_DEPTH];
+    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
+    struct prof_stack *st = stack_intern(frames, depth);
+    size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
+    void *mem = st ? os_map(map_len, align > SA_PAGE_SIZE ? align : SA_PAGE_SIZE) : NULL;
+    struct sample_shard *sh = shard_of(mem);
+    struct sample *s = mem ? sample_new(sh) : NULL;
+    struct span *span = s ? pageheap_register_sampled(mem, map_len >> SA_PAGE_SHIFT, s) : NULL;
+    if (!span) {
+        if (s)
+            sample_release(sh, s, false);
+        if (mem)
+            os_unmap(mem, map_len);
+        __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
+        tc->prof.in_prof = false;
+        return NULL;
+    }
+    os_nohugepage(mem, map_len);
+    *s = (struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
+                         .stack = st, .proxy = proxy,
+                         .epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED)};
+    sample_insert(sh, s);
+    if (opt_prof_accum)
+        stack_accum_add(st, usable, rate);
+    tc->prof.in_prof = false;
+    prof_after_sample(tc);
+    return mem;
+}
+
+size_t prof_free_sampled(struct span *span, void **proxy)
+{
+    struct sample *s = span->sample;
+    size_t usable = s->usable;
+    void *mem = s->ptr;
+    size_t map_len = s->map_len;
+    *proxy = s->proxy;
+    sample_release(shard_of(mem), s, true);
+    pageheap_unregister_sampled(span);
+    os_unmap(mem, map_len);
+    return usable;
+}
+
+size_t prof_sampled_usable(const struct span *span)
+{
+    return ((const struct sample *)span->sample)->usable;
+}
+
+/* ---- dumps ---- */
+
+size_t prof_snapshot(struct dump_entry *out, size_t cap)
+{
+    uint32_t now = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    size_t n = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
+        sa_lock(&shards[i].lock);
+        for (struct sample *s = shards[i].live; s && n < cap; s = s->next)
+            if (s->epoch == now)
+                out[n++] = (struct dump_entry){s->stack, s->usable, s->rate, 1, 0};
+        sa_unlock(&shards[i].lock);
+    }
+    return n;
+}
+
+size_t prof_live_upper_bound(void)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        n += __atomic_load_n(&shards[i].count, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* Builds <prefix>.<pid>.<seq>.<kind><kseq>.heap (kind 'f': no kseq) into
+ * `path`; false if the prefix is empty or the name too long.  Under
+ * dump_lock. */
+static bool auto_name(char *path, size_t size, char kind, uint64_t *kseq)
+{
+    if (!prefix[0])
+        return false;
+    size_t n = kseq ? sa_format(path, size, "%s.%d.%llu.%c%llu.heap", prefix, (int)getpid(),
+                                (unsigned long long)seq, kind, (unsigned long long)*kseq)
+                    : sa_format(path, size, "%s.%d.%llu.%c.heap", prefix, (int)getpid(),
+                                (unsigned long long)seq, kind);
+    if (n + 1 >= size)
+        return false;
+    seq++;
+    if (kseq)
+        (*kseq)++;
+    return true;
+}
+
+static int dump_locked(const char *path, char kind, uint64_t *kseq)
+{
+    char name[PROF_PREFIX_MAX + 96];
+    if (!path) {
+        if (!auto_name(name, sizeof(name), kind, kseq))
+            return EFAULT;
+        path = name;
+    }
+    return dump_heap_v2(path, (uint64_t)1 << sampler_lg()) ? EFAULT : 0;
+}
+
+int prof_dump(const char *path)
+{
+    if (!opt_prof)
+        return ENOENT;
+    sa_lock(&dump_lock);
+    int rc = dump_locked(path, 'm', &mseq);
+    sa_unlock(&dump_lock);
+    return rc;
+}
+
+static void auto_dump(char kind, uint64_t *kseq)
+{
+    sa_lock(&dump_lock);
+    dump_locked(NULL, kind, kseq);
+    sa_unlock(&dump_lock);
+}
+
+static void final_dump(void) { auto_dump('f', NULL); }
+
+int prof_prefix_set(const char *p)
+{
+    if (!opt_prof)
+        return ENOENT;
+    if (!p || strlen(p) >= sizeof(prefix))
+        return EFAULT;
+    sa_lock(&dump_lock);
+    memcpy(prefix, p, strlen(p) + 1);
+    sa_unlock(&dump_lock);
+    return 0;
+}
+
+const char *prof_prefix_get(void) { return prefix; }
+
+void prof_after_sample(struct tcache *tc)
+{
+    uint64_t interval = prof_interval_get();
+    if (!interval)
+        return;
+    uint64_t allocated = sampler_thread_allocated(tc);
+    uint64_t total = __atomic_add_fetch(&alloc_total, allocated - tc->prof.reported, __ATOMIC_RELAXED);
+    tc->prof.reported = allocated;
+    uint64_t due = __atomic_load_n(&next_interval, __ATOMIC_RELAXED);
+    if (total < due)
+        return;
+    uint64_t next = total - total % interval + interval;
+    if (__atomic_compare_exchange_n(&next_interval, &due, next, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        auto_dump('i', &iseq);
+}
+
+void prof_maybe_gdump(void)
+{
+    if (!__atomic_load_n(&gdump, __ATOMIC_RELAXED))
+        return;
+    size_t mapped = pageheap_mapped_bytes(), high = __atomic_load_n(&gdump_high, __ATOMIC_RELAXED);
+    if (mapped > high && __atomic_compare_exchange_n(&gdump_high, &high, mapped, false,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        auto_dump('u', &useq);
+}
+
+/* ---- fork ---- */
+
+void prof_prefork(void)
+{
+    sa_lock(&dump_lock);
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        pthread_mutex_lock(&shards[i].lock.mutex); /* same rank: see lock.h */
+    stack_prefork();
+}
+
+void prof_postfork_parent(void)
+{
+    stack_postfork_parent();
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        pthread_mutex_unlock(&shards[i].lock.mutex);
+    sa_unlock(&dump_lock);
+}
+
+void prof_postfork_child(void)
+{
+    stack_postfork_child();
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        pthread_mutex_init(&shards[i].lock.mutex, NULL);
+    sa_lock_reinit(&dump_lock);
+}

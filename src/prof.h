@@ -1,0 +1,77 @@
+/*
+ * prof.h: the heap profiler's controls: options, run-time switches, dumps
+ * and per-thread figures.  This is the interface ctl.c (mallctl) and conf.c
+ * (option strings) use; sampler.h holds the allocation-side hooks.
+ *
+ * Options (opt_*) are written only by conf.c during the one-time set-up,
+ * before any thread samples; after that they are read-only mirrors of the
+ * option string, as jemalloc's opt.* are.  The run-time switches below may
+ * be flipped by any thread at any time.
+ *
+ * Never calls malloc; dumps write through their own buffer (dump.c).
+ */
+#ifndef SA_PROF_H
+#define SA_PROF_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PROF_PREFIX_MAX 1024
+
+/* ---- options: opt.<name> ---- */
+extern bool opt_prof;                    /* sampling at all; default true */
+extern bool opt_prof_active;             /* initial prof.active; default true */
+extern bool opt_prof_thread_active_init; /* initial prof.thread_active_init; true */
+extern size_t opt_lg_prof_sample;        /* log2 of R; default 19 (512 KiB); 0..62 */
+extern char opt_prof_prefix[PROF_PREFIX_MAX]; /* automatic dump names; "salloc" */
+extern bool opt_prof_final;              /* dump at exit; default false */
+extern bool opt_prof_accum;              /* keep allocated-ever counts; default false */
+extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */
+extern bool opt_prof_gdump;              /* initial prof.gdump; default false */
+
+/* ---- process-wide switches ---- */
+bool prof_active_get(void);
+void prof_active_set(bool on);            /* no effect when !opt_prof */
+bool prof_thread_active_init_get(void);
+void prof_thread_active_init_set(bool on);
+bool prof_gdump_get(void);
+void prof_gdump_set(bool on);
+
+/* Current log2 sampling interval (prof.lg_sample); 0 when !opt_prof. */
+size_t prof_lg_sample_get(void);
+/* Changes the rate for samples taken from now on; live samples keep theirs. */
+void prof_lg_sample_set(size_t lg);
+/* prof.reset: forgets every sample (live ones included) and every count,
+ * and sets the rate to 2^lg (lg clipped to 62). */
+void prof_reset(size_t lg);
+/* Bytes between interval dumps (prof.interval), 0 if off. */
+uint64_t prof_interval_get(void);
+
+/* Writes a heap_v2 dump to `path`, or to the next automatic name
+ * (<prefix>.<pid>.<seq>.m<mseq>.heap) when `path` is NULL.  Written to a
+ * temporary file in the same directory and renamed into place, so a
+ * failure leaves no partial file.  0, or EFAULT (cannot write, or NULL path
+ * with an empty prefix); ENOENT when !opt_prof. */
+int prof_dump(const char *path);
+/* prof.prefix: copies the prefix for automatic names; EFAULT if too long. */
+int prof_prefix_set(const char *prefix);
+const char *prof_prefix_get(void);
+
+/* Live sampled allocations (prof.sample_count). */
+size_t prof_sample_count(void);
+
+/* ---- the calling thread ---- */
+bool prof_thread_active_get(void);
+void prof_thread_active_set(bool on);
+/* The thread's name in dumps; "" if unset.  Set copies it (up to 63 bytes);
+ * EFAULT for NULL or a character that is neither isgraph nor isblank. */
+const char *prof_thread_name_get(void);
+int prof_thread_name_set(const char *name);
+/* Bytes this thread ever allocated / freed, at usable size. */
+uint64_t prof_thread_allocated(void);
+uint64_t prof_thread_deallocated(void);
+
+#endif

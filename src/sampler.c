@@ -1,0 +1,118 @@
+/*
+ * sampler.c: exponential intervals, per-thread PRNG and the slow-path
+ * accounting (see sampler.h for the argument).  No locks: global settings
+ * are atomics, per-thread state is the owning thread's.
+ */
+#include "sampler.h"
+
+#include "fmath.h"
+#include "os.h"
+#include "tcache.h"
+
+static size_t global_lg = 19;
+static bool global_on = true;
+static uint32_t global_gen = 1;
+
+void sampler_configure(size_t lg, bool on)
+{
+    __atomic_store_n(&global_lg, lg > SAMPLER_MAX_LG ? SAMPLER_MAX_LG : lg, __ATOMIC_RELAXED);
+    __atomic_store_n(&global_on, on, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&global_gen, 1, __ATOMIC_RELEASE);
+}
+
+size_t sampler_lg(void) { return __atomic_load_n(&global_lg, __ATOMIC_RELAXED); }
+
+/* xorshift64*: fast, 64-bit state, good enough for interval draws. */
+static uint64_t next_random(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+double sampler_uniform(uint64_t *state)
+{
+    return (double)((next_random(state) >> 11) + 1) * 0x1.0p-53;
+}
+
+int64_t sampler_draw(uint64_t *state, uint64_t rate)
+{
+    double x = -sa_ln(sampler_uniform(state)) * (double)rate;
+    return x >= 0x1.0p62 ? (int64_t)1 << 62 : (int64_t)x;
+}
+
+static int64_t remaining(const struct tcache *tc) { return tc->bytes_until_sample + tc->prof.carry; }
+
+/* Puts `left` bytes of interval in place: at most SAMPLER_CHECKIN visible
+ * to the fast path, the rest in carry. */
+static void set_remaining(struct tcache *tc, int64_t left)
+{
+    tc->bytes_until_sample = left < SAMPLER_CHECKIN ? left : SAMPLER_CHECKIN;
+    tc->prof.carry = left - tc->bytes_until_sample;
+}
+
+/* Starts a new interval (or, with sampling off, a check-in distance),
+ * keeping thread.allocated continuous. */
+static void new_interval(struct tcache *tc)
+{
+    uint64_t allocated = tc->prof.alloc_base - (uint64_t)remaining(tc);
+    int64_t next = SAMPLER_CHECKIN;
+    tc->prof.rate = 0;
+    if (tc->prof.active && __atomic_load_n(&global_on, __ATOMIC_RELAXED)) {
+        tc->prof.rate = (uint64_t)1 << sampler_lg();
+        next = sampler_draw(&tc->prof.prng, tc->prof.rate);
+    }
+    set_remaining(tc, next);
+    tc->prof.alloc_base = allocated + (uint64_t)next;
+}
+
+void sampler_refresh(struct tcache *tc)
+{
+    uint32_t gen = __atomic_load_n(&global_gen, __ATOMIC_ACQUIRE);
+    if (tc->prof.gen != gen) {
+        tc->prof.gen = gen;
+        new_interval(tc);
+    }
+}
+
+void sampler_thread_init(struct tcache *tc)
+{
+    static uint64_t threads;
+    uint64_t n = __atomic_add_fetch(&threads, 1, __ATOMIC_RELAXED);
+    /* splitmix64 of (cache address, time, thread count): independent
+     * streams per thread, never zero (xorshift's one bad state). */
+    uint64_t z = (uintptr_t)tc ^ os_now_ns() ^ (n * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    tc->prof.prng = z ? z : 1;
+    tc->prof.gen = 0; /* forces the first draw */
+    tc->bytes_until_sample = 0;
+    tc->prof.carry = 0;
+    tc->prof.alloc_base = 0;
+    sampler_refresh(tc);
+}
+
+uint64_t sampler_account(struct tcache *tc, size_t usable)
+{
+    sampler_refresh(tc);
+    tc->bytes_until_sample -= (int64_t)usable;
+    if (tc->bytes_until_sample >= 0)
+        return 0;
+    int64_t left = remaining(tc);
+    uint64_t rate = tc->prof.rate;
+    if (left >= 0 && rate) { /* a chunk boundary, not the interval's end */
+        set_remaining(tc, left);
+        return 0;
+    }
+    new_interval(tc); /* sampled, or a check-in with sampling off */
+    return rate;
+}
+
+uint64_t sampler_thread_allocated(const struct tcache *tc)
+{
+    return tc->prof.alloc_base - (uint64_t)remaining(tc);
+}

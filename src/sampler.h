@@ -1,0 +1,65 @@
+/*
+ * sampler.h: when to sample.  Every byte allocated is sampled with
+ * probability 1/R (a Poisson process over allocated bytes), so an allocation
+ * of usable size Z is sampled with probability exactly p(Z) = 1 - e^(-Z/R)
+ * (seeds/000, 001, 002; spec/heap-dump-formats.md).
+ *
+ * Mechanism: each thread's cache holds bytes_until_sample, an exponential
+ * interval with mean R drawn from a per-thread PRNG.  Each allocation
+ * subtracts its usable size; the allocation that would take it below zero
+ * is sampled, and a fresh interval is drawn (the exponential is memoryless,
+ * so nothing carries over).  Since the interval is floored to an integer,
+ * "sampled" <=> interval < Z, whose probability is exactly p(Z): no size
+ * shortcut, so every sample's weight 1/p(Z) is exact.
+ *
+ * The fast path (fastpath.h) does the subtraction for small objects; the
+ * slow path calls sampler_account() for everything else.
+ *
+ * Prompt rate changes: the counter the fast path sees never exceeds
+ * SAMPLER_CHECKIN; a longer interval is split into chunks (the rest waits
+ * in `carry`), and each chunk boundary is a slow-path visit that checks the
+ * global generation number, bumped by every rate or activity change.  So a
+ * change reaches every thread within SAMPLER_CHECKIN bytes of its
+ * allocation, whatever its interval, and a thread with sampling off still
+ * checks in every SAMPLER_CHECKIN bytes.  Splitting is exact: sampled <=>
+ * the whole remaining interval < Z.  On a change the interval is redrawn
+ * from scratch, which the memoryless property also makes exact.
+ *
+ * thread.allocated comes for free: alloc_base - (bytes_until_sample + carry).
+ */
+#ifndef SA_SAMPLER_H
+#define SA_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tcache;
+
+#define SAMPLER_CHECKIN ((int64_t)256 << 10)
+#define SAMPLER_MAX_LG 62
+
+/* A new cache: seed its PRNG and draw its first interval. */
+void sampler_thread_init(struct tcache *tc);
+
+/* Slow-path accounting of one allocation of `usable` bytes.  Returns the
+ * rate R at which it must be sampled, or 0 if it is not sampled. */
+uint64_t sampler_account(struct tcache *tc, size_t usable);
+
+/* Applies a pending rate or activity change to this thread, if any. */
+void sampler_refresh(struct tcache *tc);
+
+/* Global switches, set by prof.c: the rate 2^lg for new intervals, and
+ * whether sampling is on at all (opt.prof && prof.active).  Each call makes
+ * every thread redraw its interval at its next slow path. */
+void sampler_configure(size_t lg, bool on);
+size_t sampler_lg(void);
+
+/* A uniform double in (0, 1] and an exponential interval of mean `rate`
+ * from the thread's PRNG (exposed for tests). */
+double sampler_uniform(uint64_t *state);
+int64_t sampler_draw(uint64_t *state, uint64_t rate);
+
+uint64_t sampler_thread_allocated(const struct tcache *tc);
+
+#endif

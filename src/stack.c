@@ -1,0 +1,154 @@
+/*
+ * stack.c: stack capture and the sharded stack table (see stack.h).
+ * Never calls malloc itself; backtrace() may, on its first call only, which
+ * stack_warm_up() makes happen at start-up.
+ */
+#include "stack.h"
+
+#include <execinfo.h>
+#include <string.h>
+
+#include "lock.h"
+#include "meta.h"
+
+#define SHARDS 64
+#define BUCKETS_PER_SHARD 256
+
+/* Section bounds defined by the linker for salloc_text (see the Makefile). */
+extern char __start_salloc_text[] __attribute__((visibility("hidden")));
+extern char __stop_salloc_text[] __attribute__((visibility("hidden")));
+
+struct shard {
+    sa_lock_t lock;
+    struct prof_stack *buckets[BUCKETS_PER_SHARD];
+} SA_ALIGNED(SA_CACHELINE);
+
+static struct shard shards[SHARDS] = {
+    [0 ... SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_STACKS)},
+};
+
+int stack_in_salloc(const void *addr)
+{
+    return (const char *)addr >= __start_salloc_text && (const char *)addr < __stop_salloc_text;
+}
+
+unsigned stack_capture(void **frames, unsigned max)
+{
+    void *raw[STACK_MAX_DEPTH + 16];
+    int n = backtrace(raw, STACK_MAX_DEPTH + 16);
+    int first = 0;
+    while (first < n && stack_in_salloc(raw[first]))
+        first++;
+    unsigned depth = (unsigned)(n - first);
+    if (depth > max)
+        depth = max;
+    memcpy(frames, raw + first, depth * sizeof(void *));
+    return depth;
+}
+
+void stack_warm_up(void)
+{
+    void *frames[4];
+    backtrace(frames, 4);
+}
+
+static uint64_t hash_frames(void *const *frames, unsigned depth)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ depth;
+    for (unsigned i = 0; i < depth; i++) {
+        h ^= (uintptr_t)frames[i];
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+struct prof_stack *stack_intern(void *const *frames, unsigned depth)
+{
+    uint64_t h = hash_frames(frames, depth);
+    struct shard *sh = &shards[h % SHARDS];
+    struct prof_stack **bucket = &sh->buckets[(h / SHARDS) % BUCKETS_PER_SHARD];
+    sa_lock(&sh->lock);
+    struct prof_stack *st;
+    for (st = *bucket; st; st = st->next)
+        if (st->hash == h && st->depth == depth &&
+            !memcmp(st->frames, frames, depth * sizeof(void *)))
+            break;
+    if (!st && (st = meta_alloc(sizeof(*st) + depth * sizeof(void *), 16))) {
+        st->hash = h;
+        st->depth = depth;
+        memcpy(st->frames, frames, depth * sizeof(void *));
+        st->next = *bucket;
+        *bucket = st;
+    }
+    sa_unlock(&sh->lock);
+    return st;
+}
+
+static struct shard *shard_of(const struct prof_stack *st) { return &shards[st->hash % SHARDS]; }
+
+void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate)
+{
+    struct shard *sh = shard_of(st);
+    sa_lock(&sh->lock);
+    struct stack_accum *g;
+    for (g = st->accum; g; g = g->next)
+        if (g->usable == usable && g->rate == rate)
+            break;
+    if (!g && (g = meta_alloc(sizeof(*g), 16))) {
+        g->usable = usable;
+        g->rate = rate;
+        g->next = st->accum;
+        st->accum = g;
+    }
+    if (g)
+        g->count++;
+    sa_unlock(&sh->lock);
+}
+
+void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack *, void *),
+                         void *arg)
+{
+    for (unsigned s = 0; s < SHARDS; s++) {
+        sa_lock(&shards[s].lock);
+        for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
+            for (struct prof_stack *st = shards[s].buckets[b]; st; st = st->next)
+                for (struct stack_accum *g = st->accum; g; g = g->next)
+                    if (g->count && !fn(g, st, arg)) {
+                        sa_unlock(&shards[s].lock);
+                        return;
+                    }
+        sa_unlock(&shards[s].lock);
+    }
+}
+
+void stack_accum_reset(void)
+{
+    /* Groups are kept (they are metadata), only their counts go. */
+    for (unsigned s = 0; s < SHARDS; s++) {
+        sa_lock(&shards[s].lock);
+        for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
+            for (struct prof_stack *st = shards[s].buckets[b]; st; st = st->next)
+                for (struct stack_accum *g = st->accum; g; g = g->next)
+                    g->count = 0;
+        sa_unlock(&shards[s].lock);
+    }
+}
+
+void stack_prefork(void)
+{
+    for (unsigned s = 0; s < SHARDS; s++)
+        pthread_mutex_lock(&shards[s].lock.mutex); /* same rank: see lock.h */
+}
+
+void stack_postfork_parent(void)
+{
+    for (unsigned s = 0; s < SHARDS; s++)
+        pthread_mutex_unlock(&shards[s].lock.mutex);
+}
+
+void stack_postfork_child(void)
+{
+    for (unsigned s = 0; s < SHARDS; s++)
+        pthread_mutex_init(&shards[s].lock.mutex, NULL);
+}

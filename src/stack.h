@@ -1,0 +1,69 @@
+/*
+ * stack.h: capturing the stack of a sampled allocation, and the table that
+ * stores each distinct stack once.
+ *
+ * Capture uses the C library's backtrace() (libgcc's unwinder underneath,
+ * loaded on first use: stack_warm_up() does that at start-up, outside any
+ * allocator lock, so a later capture neither allocates nor takes the loader
+ * lock for the first time).  Callers hold no allocator lock and set the
+ * thread's reentrancy guard (tcache_prof.in_prof), so an allocation made by
+ * the unwinder itself is served normally and never sampled.  salloc's own
+ * frames are cut off: every salloc function lives in the salloc_text
+ * section (the Makefile renames it), so the stack starts at the caller of
+ * malloc/calloc/..., in the shared library and in a static link alike.
+ *
+ * The table: 64 shards, each a lock (LOCK_RANK_STACKS) and a hash chain;
+ * records come from meta.c and live forever (a dump or a sample may refer
+ * to them at any time), so samples on different stacks rarely contend.
+ */
+#ifndef SA_STACK_H
+#define SA_STACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STACK_MAX_DEPTH 128
+
+/* Allocated-ever counts of one (usable size, rate) group of a stack. */
+struct stack_accum {
+    struct stack_accum *next;
+    size_t usable;
+    uint64_t rate;
+    uint64_t count;
+};
+
+struct prof_stack {
+    struct prof_stack *next; /* hash chain, under the shard lock */
+    uint64_t hash;
+    struct stack_accum *accum; /* opt.prof_accum only; under the shard lock */
+    uint32_t depth;
+    void *frames[];            /* return addresses, leaf (innermost) first */
+};
+
+/* The calling thread's stack above salloc, up to `max` frames. */
+unsigned stack_capture(void **frames, unsigned max);
+
+/* The one record for this stack, created on first sight; NULL on ENOMEM. */
+struct prof_stack *stack_intern(void *const *frames, unsigned depth);
+
+/* Counts one more sample of (usable, rate) on `st` for prof.accum. */
+void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate);
+
+/* Calls fn(group, stack, arg) for every accumulated group, one shard lock at
+ * a time; stops early if fn returns 0. */
+void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack *, void *),
+                         void *arg);
+/* Forgets every accumulated count (prof.reset). */
+void stack_accum_reset(void);
+
+/* Loads the unwinder now (start-up), so samples never do it. */
+void stack_warm_up(void);
+
+/* Is `addr` inside salloc's code? */
+int stack_in_salloc(const void *addr);
+
+void stack_prefork(void);
+void stack_postfork_parent(void);
+void stack_postfork_child(void);
+
+#endif

@@ -1,0 +1,274 @@
+/*
+ * test_dump.c: heap_v2 dumps, parsed back the way jeprof reads them.
+ *
+ *   - the format: header, totals, records, MAPPED_LIBRARIES; no temporary
+ *     file left behind; an unwritable path fails and leaves nothing, and
+ *     never damages an older dump at the same path;
+ *   - unbiasedness end to end: known call sites (many 16-byte objects, a
+ *     few 8 MiB ones, a site mixing 8-byte and 64 KiB objects, objects of
+ *     exactly R bytes), dumped ROUNDS times after prof.reset: each site's
+ *     mean estimate (jeprof's own rescaling of the written counts) lies
+ *     within 4 standard errors of the truth, and its spread matches the
+ *     theoretical standard deviation sqrt(sum Z^2 e^(-Z/R) / (1 - e^(-Z/R)));
+ *   - a rate change between samples and dump keeps the estimate unbiased.
+ *
+ * The sites live in their own sections, so a record belongs to a site when
+ * its first frame (the return address into the caller of malloc) lies in
+ * that section.  Statistical bounds: 4 SE on the mean (6e-5 per check) and
+ * a generous chi-square band on the spread; checked over 8 site/measure
+ * pairs the false-failure odds stay below 1e-3 per run... so the mean bound
+ * is 5 SE (6e-7 per check) to keep the whole file under 1e-5.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "prof.h"
+#include "unit.h"
+
+#define ROUNDS 40
+#define LG 16 /* R = 64 KiB: enough samples per round for a quick test */
+
+#define SITE(name) __attribute__((noinline, section("sec_" #name))) static
+#define SECTION_BOUNDS(name) extern char __start_sec_##name[], __stop_sec_##name[];
+SECTION_BOUNDS(small)
+SECTION_BOUNDS(huge)
+SECTION_BOUNDS(mixed)
+SECTION_BOUNDS(exact)
+
+/* Each site is one malloc call; the empty asm after it keeps the call from
+ * becoming a tail jump, which would take the site's frame off the stack. */
+static void *(*volatile do_malloc)(size_t) = malloc;
+#define CALL_MALLOC(n)                                                         \
+    do {                                                                       \
+        void *p_ = do_malloc(n);                                               \
+        __asm__ volatile("" : : "r"(p_) : "memory");                           \
+        return p_;                                                             \
+    } while (0)
+
+SITE(small) void *site_small(void) { CALL_MALLOC(16); }
+SITE(huge) void *site_huge(void) { CALL_MALLOC((size_t)8 << 20); }
+SITE(mixed) void *site_mixed(size_t n) { CALL_MALLOC(n); }
+SITE(exact) void *site_exact(void) { CALL_MALLOC((size_t)1 << LG); }
+
+enum { S_SMALL, S_HUGE, S_MIXED, S_EXACT, NSITES };
+static const char *site_names[NSITES] = {"small", "huge", "mixed", "exact"};
+
+static int site_of(uintptr_t a)
+{
+    if (a >= (uintptr_t)__start_sec_small && a < (uintptr_t)__stop_sec_small) return S_SMALL;
+    if (a >= (uintptr_t)__start_sec_huge && a < (uintptr_t)__stop_sec_huge) return S_HUGE;
+    if (a >= (uintptr_t)__start_sec_mixed && a < (uintptr_t)__stop_sec_mixed) return S_MIXED;
+    if (a >= (uintptr_t)__start_sec_exact && a < (uintptr_t)__stop_sec_exact) return S_EXACT;
+    return -1;
+}
+
+struct estimate {
+    double objects[NSITES], bytes[NSITES];
+    unsigned long long header_rate;
+    bool has_maps;
+};
+
+/* Reads a heap_v2 file as jeprof does: for each record's t* line, scale
+ * (n, s) by 1 / (1 - exp(-(s/n)/R)); credit it to the site of frame 0. */
+static void parse_dump(const char *path, struct estimate *e)
+{
+    memset(e, 0, sizeof(*e));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    assert_true(getline(&line, &cap, f) > 0);
+    assert_int_equal(sscanf(line, "heap_v2/%llu", &e->header_rate), 1);
+    double rate = (double)e->header_rate;
+    int site = -2; /* before the first record */
+    while (getline(&line, &cap, f) > 0) {
+        if (!strncmp(line, "MAPPED_LIBRARIES:", 17)) {
+            e->has_maps = true;
+            break;
+        }
+        if (line[0] == '@') {
+            unsigned long long first = 0;
+            assert_int_equal(sscanf(line, "@ %llx", &first), 1);
+            site = site_of((uintptr_t)first);
+            continue;
+        }
+        unsigned long long n, s, an, as;
+        if (site >= 0 && sscanf(line, "  t*: %llu: %llu [%llu: %llu]", &n, &s, &an, &as) == 4 && n) {
+            double scale = 1 / (1 - exp(-((double)s / n) / rate));
+            e->objects[site] += n * scale;
+            e->bytes[site] += s * scale;
+        }
+    }
+    free(line);
+    fclose(f);
+}
+
+static char dump_path[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dump_path, sizeof(dump_path), "/tmp/salloc_test_dump.%d.heap", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(dump_path);
+    return 0;
+}
+
+static void test_dump_format_and_bad_paths(void **state)
+{
+    (void)state;
+    prof_reset(LG);
+    void *keep[64];
+    for (int i = 0; i < 64; i++)
+        keep[i] = site_exact(); /* p = 0.63 each: some samples for sure */
+    assert_int_equal(prof_dump(dump_path), 0);
+    struct estimate e;
+    parse_dump(dump_path, &e);
+    assert_int_equal(e.header_rate, 1u << LG);
+    assert_true(e.has_maps);
+    assert_true(e.objects[S_EXACT] > 10);
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", dump_path, (int)getpid());
+    assert_int_equal(access(tmp, F_OK), -1); /* the temporary is gone */
+
+    /* Unwritable places: EFAULT, nothing created, the old dump intact. */
+    struct stat before, after;
+    assert_int_equal(stat(dump_path, &before), 0);
+    assert_int_equal(prof_dump("/nonexistent-dir/x.heap"), EFAULT);
+    assert_int_equal(prof_dump("/proc/version"), EFAULT); /* rename over it fails */
+    assert_int_equal(prof_dump("/tmp"), EFAULT);          /* a directory */
+    assert_int_equal(prof_dump(""), EFAULT);
+    assert_int_equal(stat(dump_path, &after), 0);
+    assert_int_equal(before.st_size, after.st_size);
+    for (int i = 0; i < 64; i++)
+        free(keep[i]);
+}
+
+/* One round: allocate the known workload, dump, parse, free. */
+static void one_round(struct estimate *e, double truth_obj[NSITES], double truth_bytes[NSITES])
+{
+    enum { N_SMALL = 20000, N_HUGE = 4, N_MIXED = 200, N_EXACT = 50 };
+    static void *small[N_SMALL], *huge[N_HUGE], *mixed[N_MIXED], *exact[N_EXACT];
+    prof_reset(LG);
+    memset(truth_obj, 0, NSITES * sizeof(double));
+    memset(truth_bytes, 0, NSITES * sizeof(double));
+    for (int i = 0; i < N_SMALL; i++)
+        small[i] = site_small();
+    for (int i = 0; i < N_HUGE; i++)
+        huge[i] = site_huge();
+    for (int i = 0; i < N_MIXED; i++)
+        mixed[i] = site_mixed(i % 2 ? 8 : 65536);
+    for (int i = 0; i < N_EXACT; i++)
+        exact[i] = site_exact();
+    void **all[NSITES] = {small, huge, mixed, exact};
+    int counts[NSITES] = {N_SMALL, N_HUGE, N_MIXED, N_EXACT};
+    for (int s = 0; s < NSITES; s++)
+        for (int i = 0; i < counts[s]; i++) {
+            truth_obj[s] += 1;
+            truth_bytes[s] += malloc_usable_size(all[s][i]);
+        }
+    assert_int_equal(prof_dump(dump_path), 0);
+    parse_dump(dump_path, e);
+    for (int s = 0; s < NSITES; s++)
+        for (int i = 0; i < counts[s]; i++)
+            free(all[s][i]);
+}
+
+/* sqrt(sum Z^2 e^(-Z/R) / (1 - e^(-Z/R))) over the site's objects: the
+ * standard deviation of the bytes estimate (seeds/001). */
+static double theory_sd_bytes(int site)
+{
+    double r = 1 << LG, v = 0;
+    struct { double z; int n; } parts[NSITES][2] = {
+        {{16, 20000}, {0, 0}}, {{8 << 20, 4}, {0, 0}}, {{8, 100}, {65536, 100}}, {{65536, 50}, {0, 0}}};
+    for (int k = 0; k < 2; k++) {
+        double z = parts[site][k].z;
+        if (z > 0)
+            v += parts[site][k].n * z * z * exp(-z / r) / -expm1(-z / r);
+    }
+    return sqrt(v);
+}
+
+static void test_dump_unbiased_end_to_end(void **state)
+{
+    (void)state;
+    double sum[NSITES] = {0}, sumsq[NSITES] = {0}, osum[NSITES] = {0};
+    double truth_obj[NSITES], truth_bytes[NSITES];
+    for (int r = 0; r < ROUNDS; r++) {
+        struct estimate e;
+        one_round(&e, truth_obj, truth_bytes);
+        for (int s = 0; s < NSITES; s++) {
+            sum[s] += e.bytes[s];
+            sumsq[s] += e.bytes[s] * e.bytes[s];
+            osum[s] += e.objects[s];
+        }
+    }
+    for (int s = 0; s < NSITES; s++) {
+        double mean = sum[s] / ROUNDS;
+        double sd = sqrt(fmax(0, sumsq[s] / ROUNDS - mean * mean) * ROUNDS / (ROUNDS - 1));
+        double theory = theory_sd_bytes(s), se = theory / sqrt(ROUNDS);
+        fprintf(stderr, "# site %-5s truth %10.0f B  mean %12.1f B  sd %10.1f (theory %10.1f)  objects %.1f of %.0f\n",
+                site_names[s], truth_bytes[s], mean, sd, theory, osum[s] / ROUNDS, truth_obj[s]);
+        if (theory < 1e-6 * truth_bytes[s]) { /* every object sampled: exact */
+            assert_true(fabs(mean - truth_bytes[s]) <= 1e-6 * truth_bytes[s]);
+            continue;
+        }
+        if (fabs(mean - truth_bytes[s]) > 5 * se)
+            fail_msg("site %s: mean %.1f, truth %.1f, 5 SE = %.1f", site_names[s], mean,
+                     truth_bytes[s], 5 * se);
+        /* sd^2 (ROUNDS-1)/theory^2 ~ chi-square(39): outside [0.45, 1.65]
+         * for sd/theory has probability below 1e-6. */
+        if (sd < 0.45 * theory || sd > 1.65 * theory)
+            fail_msg("site %s: spread %.1f, theory %.1f", site_names[s], sd, theory);
+    }
+}
+
+/* Samples taken at one rate and dumped at another stay unbiased. */
+static void test_dump_rate_change_keeps_estimate(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static void *objs[2 * N];
+    double total = 0, truth = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        prof_reset(12);
+        for (int i = 0; i < N; i++)
+            objs[i] = site_mixed(4096); /* Z = R: p = 0.63 */
+        prof_lg_sample_set(LG);            /* header rate differs from the samples' */
+        for (int i = N; i < 2 * N; i++)
+            objs[i] = site_mixed(4096);    /* p = 0.06 */
+        assert_int_equal(prof_dump(dump_path), 0);
+        struct estimate e;
+        parse_dump(dump_path, &e);
+        assert_int_equal(e.header_rate, 1u << LG);
+        total += e.bytes[S_MIXED];
+        truth = 2.0 * N * 4096;
+        for (int i = 0; i < 2 * N; i++)
+            free(objs[i]);
+    }
+    double mean = total / ROUNDS;
+    double var = N * 4096.0 * 4096 * (exp(-1.0) / -expm1(-1.0) +
+                                      exp(-4096.0 / 65536) / -expm1(-4096.0 / 65536));
+    double se = sqrt(var / ROUNDS);
+    fprintf(stderr, "# rate change: truth %.0f mean %.1f (5 SE %.1f)\n", truth, mean, 5 * se);
+    assert_true(fabs(mean - truth) <= 5 * se + 0.001 * truth);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dump_format_and_bad_paths),
+        cmocka_unit_test(test_dump_unbiased_end_to_end),
+        cmocka_unit_test(test_dump_rate_change_keeps_estimate),
+    };
+    return cmocka_run_group_tests_name("dump", tests, setup, teardown);
+}

@@ -1,0 +1,194 @@
+/*
+ * test_sampler.c: the sampler's statistics.
+ *
+ *   - salloc's libm-free ln and 1 - e^-x against libm;
+ *   - the interval draw is exponential with mean R;
+ *   - through the real malloc path, an allocation of usable size Z is
+ *     sampled with probability 1 - e^(-Z/R), for several Z and R;
+ *   - rate changes and prof.active reach the thread at once.
+ *
+ * Statistical checks use fixed seeds (or many draws) and a |z| < 5.5 bound
+ * per check: a false failure has probability below 4e-8 per check, under
+ * 1e-6 for the whole file.
+ */
+#include <malloc.h>
+#include <math.h>
+
+#include "dump.h"
+#include "fmath.h"
+#include "init.h"
+#include "prof.h"
+#include "sampler.h"
+#include "unit.h"
+
+#define Z_LIMIT 5.5
+
+static void assert_binomial(uint64_t hits, uint64_t n, double p, const char *what)
+{
+    double mean = n * p, sd = sqrt(n * p * (1 - p));
+    double z = sd > 0 ? (hits - mean) / sd : 0;
+    if (fabs(z) > Z_LIMIT)
+        fail_msg("%s: %llu of %llu, expected %.1f (z = %.2f)", what, (unsigned long long)hits,
+                 (unsigned long long)n, mean, z);
+}
+
+static void test_sampler_math_matches_libm(void **state)
+{
+    (void)state;
+    for (double x = 1e-300; x <= 1; x *= 1.01)
+        assert_true(fabs(sa_ln(x) - log(x)) <= 2e-15 * fabs(log(x)) + 1e-300);
+    for (double x = 1e-12; x < 60; x *= 1.01)
+        assert_true(fabs(sa_one_minus_exp_neg(x) + expm1(-x)) <= 2e-15 * -expm1(-x));
+    for (double x = 0; x < 700; x += 0.37)
+        assert_true(fabs(sa_exp_neg(-x) - exp(-x)) <= 2e-15 * exp(-x));
+}
+
+/* P(interval < Z) = 1 - e^(-Z/R) for every Z: checked at the deciles, and
+ * the mean is R. */
+static void test_sampler_intervals_are_exponential(void **state)
+{
+    (void)state;
+    uint64_t prng = 0x12345678abcdefull;
+    const uint64_t rate = 1 << 19, n = 400000;
+    uint64_t below[9] = {0};
+    double sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t x = sampler_draw(&prng, rate);
+        sum += (double)x;
+        for (int d = 0; d < 9; d++)
+            below[d] += x < (int64_t)(-log(1 - (d + 1) / 10.0) * rate);
+    }
+    for (int d = 0; d < 9; d++)
+        assert_binomial(below[d], n, (d + 1) / 10.0, "decile");
+    double mean = sum / n, se = rate / sqrt((double)n);
+    assert_true(fabs(mean - rate) < Z_LIMIT * se);
+}
+
+/* Through malloc itself: the fraction of allocations that land on sampled
+ * pages is 1 - e^(-Z/R). */
+static void test_sampler_probability_through_malloc(void **state)
+{
+    (void)state;
+    struct { size_t size, lg; unsigned n; } cases[] = {
+        {16, 12, 100000},   /* p = 0.0039 */
+        {16, 8, 60000},     /* p = 0.061 */
+        {500, 12, 40000},   /* usable 512: p = 0.118 */
+        {4096, 12, 20000},  /* p = 0.632: Z = R */
+        {40000, 14, 8000},  /* usable 40960: p = 0.918 */
+        {300000, 18, 8000}, /* large, usable 303104 (37 pages): p = 0.685 */
+    };
+    size_t saved = prof_lg_sample_get();
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        prof_lg_sample_set(cases[k].lg);
+        double rate = (double)((uint64_t)1 << cases[k].lg);
+        uint64_t hits = 0;
+        size_t usable = 0;
+        for (unsigned i = 0; i < cases[k].n; i++) {
+            void *p = malloc(cases[k].size);
+            usable = malloc_usable_size(p);
+            hits += pageheap_sampled_span(p) != NULL;
+            free(p);
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "Z=%zu R=%.0f", usable, rate);
+        assert_binomial(hits, cases[k].n, -expm1(-(double)usable / rate), what);
+    }
+    prof_lg_sample_set(saved);
+}
+
+/* Every allocation path samples: calloc, realloc's new block, aligned. */
+static void test_sampler_every_path_samples(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0); /* R = 1: every allocation of 8+ bytes is due */
+    void *c = calloc(10, 10), *a = aligned_alloc(4096, 100), *r = realloc(NULL, 70);
+    void *m = memalign(64, 5000), *big = malloc(1 << 20);
+    void *pm = NULL;
+    assert_int_equal(posix_memalign(&pm, 1 << 16, 300), 0);
+    void *ptrs[] = {c, a, r, m, big, pm};
+    for (size_t i = 0; i < 6; i++) {
+        assert_non_null(pageheap_sampled_span(ptrs[i]));
+        memset(ptrs[i], 7, 8);
+    }
+    assert_int_equal((uintptr_t)a % 4096, 0);
+    assert_int_equal((uintptr_t)m % 64, 0);
+    assert_int_equal((uintptr_t)pm % (1 << 16), 0);
+    assert_int_equal(((unsigned char *)c)[99], 0);
+    assert_int_equal(malloc_usable_size(c), 112);
+    r = realloc(r, 5000); /* moves to a new, again sampled, block */
+    assert_non_null(pageheap_sampled_span(r));
+    assert_int_equal(((unsigned char *)r)[7], 7);
+    for (size_t i = 0; i < 6; i++)
+        free(ptrs[i] == ptrs[2] ? r : ptrs[i]);
+    prof_lg_sample_set(saved);
+}
+
+/* Counts sampled allocations among n of `size` bytes. */
+static unsigned count_sampled(unsigned n, size_t size)
+{
+    unsigned hits = 0;
+    for (unsigned i = 0; i < n; i++) {
+        void *p = malloc(size);
+        hits += pageheap_sampled_span(p) != NULL;
+        free(p);
+    }
+    return hits;
+}
+
+/* prof.active and thread.prof.active stop sampling and restart it, and the
+ * change reaches a thread whose lists are hot (no refill, no flush) within
+ * SAMPLER_CHECKIN bytes of its allocation. */
+static void test_sampler_active_switches(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    const unsigned checkin = SAMPLER_CHECKIN / 64;
+    prof_lg_sample_set(4);
+    prof_active_set(false);
+    count_sampled(checkin, 64); /* the change arrives within this */
+    assert_int_equal(count_sampled(20000, 64), 0);
+    prof_active_set(true);
+    count_sampled(checkin, 64);
+    assert_true(count_sampled(2000, 64) > 1900); /* p(64) at R = 16 is 0.98 */
+
+    prof_thread_active_set(false); /* this thread: applies at once */
+    assert_false(prof_thread_active_get());
+    assert_int_equal(count_sampled(20000, 64), 0);
+    prof_thread_active_set(true);
+    assert_true(count_sampled(2000, 64) > 1900);
+
+    /* A rate change also arrives within the check-in distance: from R = 16
+     * (p = 0.98) to R = 2^30 (p = 6e-8). */
+    prof_lg_sample_set(30);
+    count_sampled(checkin, 64);
+    assert_true(count_sampled(20000, 64) <= 1);
+    prof_lg_sample_set(saved);
+}
+
+/* thread.allocated and thread.deallocated count usable bytes. */
+static void test_sampler_thread_byte_counts(void **state)
+{
+    (void)state;
+    uint64_t a0 = prof_thread_allocated(), d0 = prof_thread_deallocated();
+    void *p = malloc(1000), *q = malloc(1 << 20);
+    uint64_t a1 = prof_thread_allocated();
+    assert_int_equal(a1 - a0, malloc_usable_size(p) + malloc_usable_size(q));
+    size_t up = malloc_usable_size(p), uq = malloc_usable_size(q);
+    free(p);
+    free(q);
+    assert_int_equal(prof_thread_deallocated() - d0, up + uq);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sampler_math_matches_libm),
+        cmocka_unit_test(test_sampler_intervals_are_exponential),
+        cmocka_unit_test(test_sampler_probability_through_malloc),
+        cmocka_unit_test(test_sampler_every_path_samples),
+        cmocka_unit_test(test_sampler_active_switches),
+        cmocka_unit_test(test_sampler_thread_byte_counts),
+    };
+    return cmocka_run_group_tests_name("sampler", tests, NULL, NULL);
+}
