@@ -100,7 +100,14 @@ $(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
 
 $(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
-	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl
+	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl -lm
+
+# Programs the integration tests run (plain executables, no salloc linked).
+test/bin/prof_sites: test/integration/prof_sites.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+test/bin/prof_reentrancy: test/integration/prof_reentrancy.cc | test/bin
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
 
 test/bin/cxx_threads: test/integration/cxx_threads.cc | test/bin
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
@@ -125,9 +132,11 @@ test/bin/test_tsan_stress: test/stress/test_stress.c $(TSAN_OBJS) | test/bin
 
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
             SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h \
-            SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
+            SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md TEST_BIN_DIR=$(CURDIR)/test/bin CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
-test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) test/bin/cxx_threads
+TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_reentrancy
+
+test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
 	@sh test/check_exports.sh lib/libsalloc.so
 	@fail=0; \
 	for t in $(UNIT_TESTS); do \

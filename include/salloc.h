@@ -47,6 +47,18 @@ void *pvalloc(size_t size) SALLOC_NOTHROW;
 size_t malloc_usable_size(void *ptr) SALLOC_NOTHROW;
 int malloc_trim(size_t pad) SALLOC_NOTHROW;
 
+/* jemalloc-compatible control and statistics (salloc(3), MALLCTL
+ * NAMESPACE).  Each returns 0 or an errno value and leaves errno alone. */
+int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+            size_t newlen) SALLOC_NOTHROW;
+int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp) SALLOC_NOTHROW;
+int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp,
+                 void *newp, size_t newlen) SALLOC_NOTHROW;
+/* A statistics report through write_cb (NULL: standard error); opts as
+ * jemalloc's: 'J' JSON, 'g' no settings, 'a' no arena, 'b' no size classes. */
+void malloc_stats_print(void (*write_cb)(void *cbopaque, const char *s),
+                        void *cbopaque, const char *opts) SALLOC_NOTHROW;
+
 #ifdef __cplusplus
 }
 #endif

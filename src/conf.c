@@ -1,88 +1,314 @@
 /*
- * conf.c: option strings (see conf.h).  The table below is the one place
- * that lists option names; each row parses and applies one option.
+ * conf.c: option strings (see conf.h, spec/mallctl.md section 3).  The table
+ * below is the one place that lists option names; each row says how its
+ * value parses and where it goes.
+ *
+ * Owns opt_dirty_decay_ms, opt_abort_conf and opt_confirm_conf; assigns the
+ * profiling options of prof.h (prof.c defines them) before prof_boot().
+ * Runs during the one-time set-up, possibly before main(): never calls
+ * malloc or stdio; diagnostics are whole lines written with write(2).
  */
 #include "conf.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "log.h"
 #include "pageheap.h"
+#include "prof.h"
 #include "util.h"
+
+ssize_t opt_dirty_decay_ms = 10000;
+bool opt_abort_conf = false;
+bool opt_confirm_conf = false;
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
 extern const char *malloc_conf __attribute__((weak));
 
-static bool parse_long(const char *v, size_t len, long lo, long hi, long *out)
-{
-    char buf[32];
-    if (len == 0 || len >= sizeof(buf))
-        return false;
-    memcpy(buf, v, len);
-    buf[len] = '\0';
-    char *end;
-    errno = 0;
-    long x = strtol(buf, &end, 10);
-    if (errno || *end || x < lo || x > hi)
-        return false;
-    *out = x;
-    return true;
-}
+/* ---- messages: one line each, "<salloc>: " + parts, through write(2) ---- */
 
-static bool set_dirty_decay_ms(const char *v, size_t len)
-{
-    long ms;
-    if (!parse_long(v, len, -1, LONG_MAX / 1000000, &ms))
-        return false;
-    pageheap_set_decay_ms(ms);
-    return true;
-}
-
-static const struct option {
-    const char *name;
-    bool (*set)(const char *value, size_t len);
-} options[] = {
-    {"dirty_decay_ms", set_dirty_decay_ms},
+struct line {
+    char buf[PROF_PREFIX_MAX + 128];
+    size_t len;
 };
 
-static bool apply_pair(const char *key, size_t klen, const char *val, size_t vlen)
+static void put(struct line *l, const char *s, size_t n)
 {
-    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++)
-        if (strlen(options[i].name) == klen && !memcmp(options[i].name, key, klen))
-            return options[i].set(val, vlen);
-    return false;
+    if (n > sizeof(l->buf) - 1 - l->len)
+        n = sizeof(l->buf) - 1 - l->len; /* keep room for the newline */
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
 }
 
-int conf_apply(const char *opts, const char *source)
+static void puts0(struct line *l, const char *s) { put(l, s, strlen(s)); }
+
+static void emit(struct line *l)
+{
+    l->buf[l->len++] = '\n';
+    for (const char *p = l->buf; l->len;) {
+        ssize_t w = write(2, p, l->len);
+        if (w <= 0)
+            return;
+        p += w;
+        l->len -= (size_t)w;
+    }
+}
+
+/* "<salloc>: <what><k>:<v>" */
+static void report_pair(const char *what, const char *k, size_t klen, const char *v, size_t vlen)
+{
+    struct line l = {.len = 0};
+    puts0(&l, "<salloc>: ");
+    puts0(&l, what);
+    put(&l, k, klen);
+    put(&l, ":", 1);
+    put(&l, v, vlen);
+    emit(&l);
+}
+
+/* "<salloc>: Malformed conf string at "<rest>"" */
+static void report_malformed(const char *rest)
+{
+    struct line l = {.len = 0};
+    puts0(&l, "<salloc>: Malformed conf string at \"");
+    puts0(&l, rest);
+    put(&l, "\"", 1);
+    emit(&l);
+}
+
+/* ---- values ---- */
+
+enum verdict { V_OK, V_INVALID, V_RANGE };
+
+static bool parse_bool(const char *v, size_t len, bool *out)
+{
+    if (len == 4 && !memcmp(v, "true", 4))
+        *out = true;
+    else if (len == 5 && !memcmp(v, "false", 5))
+        *out = false;
+    else
+        return false;
+    return true;
+}
+
+/* An integer in C syntax (strtoimax/strtoumax, base 0: 10, 0x10, 010),
+ * the whole value consumed.  White space is part of the value, so it is
+ * invalid; so is a sign on an unsigned option. */
+static enum verdict parse_int(const char *v, size_t len, bool is_signed, intmax_t *s, uintmax_t *u)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof(buf))
+        return V_INVALID;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    bool neg = buf[0] == '-';
+    if (!(buf[neg] >= '0' && buf[neg] <= '9') || (neg && !is_signed))
+        return V_INVALID;
+    char *end;
+    int saved = errno;
+    errno = 0;
+    if (is_signed)
+        *s = strtoimax(buf, &end, 0);
+    else
+        *u = strtoumax(buf, &end, 0);
+    bool ok = errno == 0 && *end == '\0';
+    errno = saved;
+    return ok ? V_OK : V_INVALID;
+}
+
+enum kind {
+    K_BOOL,      /* true/false into a bool */
+    K_TRUE,      /* a bool salloc cannot turn off: false is out of range */
+    K_UNSIGNED,  /* lo..hi, else out of range */
+    K_CLIP,      /* unsigned, values above hi clipped to hi */
+    K_SIGNED,    /* lo..hi, else out of range */
+    K_STRING,    /* copied into a PROF_PREFIX_MAX array, truncated */
+};
+
+struct option {
+    const char *name;
+    enum kind kind;
+    void *var;                 /* NULL: accepted and checked, then ignored */
+    intmax_t lo, hi;
+    void (*then)(intmax_t);    /* called with an accepted integer value */
+};
+
+static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
+
+/* Sorted by name.  The bounds of dirty_decay_ms keep ms * 1e6 (ns) in a
+ * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
+ * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
+static const struct option options[] = {
+    {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL},
+    {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL},
+    {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay},
+    {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL},
+    {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL},
+    {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL},
+    {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL},
+    {"prof", K_BOOL, &opt_prof, 0, 0, NULL},
+    {"prof_accum", K_BOOL, &opt_prof_accum, 0, 0, NULL},
+    {"prof_active", K_BOOL, &opt_prof_active, 0, 0, NULL},
+    {"prof_final", K_BOOL, &opt_prof_final, 0, 0, NULL},
+    {"prof_gdump", K_BOOL, &opt_prof_gdump, 0, 0, NULL},
+    {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL},
+    {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL},
+    {"retain", K_TRUE, NULL, 0, 0, NULL},
+    {"tcache", K_TRUE, NULL, 0, 0, NULL},
+};
+
+static enum verdict set_option(const struct option *o, const char *v, size_t len)
+{
+    bool b;
+    intmax_t s = 0;
+    uintmax_t u = 0;
+    enum verdict r;
+    switch (o->kind) {
+    case K_BOOL:
+    case K_TRUE:
+        if (!parse_bool(v, len, &b))
+            return V_INVALID;
+        if (o->kind == K_TRUE)
+            return b ? V_OK : V_RANGE;
+        *(bool *)o->var = b;
+        return V_OK;
+    case K_STRING:
+        if (len > PROF_PREFIX_MAX - 1)
+            len = PROF_PREFIX_MAX - 1;
+        memcpy(o->var, v, len);
+        ((char *)o->var)[len] = '\0';
+        return V_OK;
+    case K_UNSIGNED:
+    case K_CLIP:
+        if ((r = parse_int(v, len, false, NULL, &u)) != V_OK)
+            return r;
+        if (o->kind == K_CLIP && u > (uintmax_t)o->hi)
+            u = (uintmax_t)o->hi;
+        if (u < (uintmax_t)o->lo || u > (uintmax_t)o->hi)
+            return V_RANGE;
+        if (o->var)
+            *(size_t *)o->var = (size_t)u; /* every unsigned option kept is a size_t */
+        return V_OK;
+    case K_SIGNED:
+        if ((r = parse_int(v, len, true, &s, NULL)) != V_OK)
+            return r;
+        if (s < o->lo || s > o->hi)
+            return V_RANGE;
+        if (o->var)
+            *(ssize_t *)o->var = (ssize_t)s;
+        if (o->then)
+            o->then(s);
+        return V_OK;
+    }
+    return V_INVALID;
+}
+
+/* Applies one pair; reports it as jemalloc would.  `only_confirm`: the quiet
+ * first pass that looks for confirm_conf alone. */
+static int apply_pair(const char *k, size_t klen, const char *v, size_t vlen, bool only_confirm)
+{
+    const struct option *o = NULL;
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]) && !o; i++)
+        if (strlen(options[i].name) == klen && !memcmp(options[i].name, k, klen))
+            o = &options[i];
+    if (only_confirm) {
+        if (o && o->var == &opt_confirm_conf)
+            set_option(o, v, vlen);
+        return 0;
+    }
+    if (!o) {
+        report_pair("Invalid conf pair: ", k, klen, v, vlen);
+        return 1;
+    }
+    switch (set_option(o, v, vlen)) {
+    case V_OK:
+        if (opt_confirm_conf)
+            report_pair("-- Set conf value: ", k, klen, v, vlen);
+        return 0;
+    case V_RANGE:
+        report_pair("Out-of-range conf value: ", k, klen, v, vlen);
+        return 1;
+    default:
+        report_pair("Invalid conf value: ", k, klen, v, vlen);
+        return 1;
+    }
+}
+
+static bool key_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* options = [pair *("," pair)], pair = key ":" value.  A syntax error (a
+ * key character outside [A-Za-z0-9_], a key without ':', an empty key, a
+ * trailing comma) is reported once and ends this source. */
+static int parse(const char *opts, bool only_confirm)
 {
     int bad = 0;
-    const char *p = opts;
-    while (p && *p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *colon = memchr(p, ':', len);
-        if (len && (!colon || !apply_pair(p, (size_t)(colon - p), colon + 1,
-                                          len - (size_t)(colon - p) - 1))) {
-            char pair[128];
-            size_t n = len < sizeof(pair) - 1 ? len : sizeof(pair) - 1;
-            memcpy(pair, p, n);
-            pair[n] = '\0';
-            sa_message("invalid conf pair \"%s\" in %s: ignored", pair, source);
-            bad++;
+    for (const char *p = opts; p && *p;) {
+        const char *key = p;
+        while (key_char(*p))
+            p++;
+        size_t klen = (size_t)(p - key);
+        if (*p != ':' || klen == 0) {
+            if (!only_confirm)
+                report_malformed(key);
+            return bad + 1;
         }
-        p = end ? end + 1 : NULL;
+        const char *val = ++p;
+        size_t vlen = strcspn(val, ",");
+        bad += apply_pair(key, klen, val, vlen, only_confirm);
+        p = val + vlen;
+        if (*p == ',' && *++p == '\0') {
+            if (!only_confirm)
+                report_malformed(p);
+            return bad + 1;
+        }
     }
     return bad;
 }
 
+int conf_apply(const char *opts, const char *source)
+{
+    (void)source;
+    return parse(opts, false);
+}
+
 void conf_init(void)
 {
-    if (&malloc_conf && malloc_conf)
-        conf_apply(malloc_conf, "malloc_conf");
-    conf_apply(getenv("MALLOC_CONF"), "MALLOC_CONF");
-    conf_apply(getenv("SALLOC_CONF"), "SALLOC_CONF");
+    const char *names[3] = {"malloc_conf", "MALLOC_CONF", "SALLOC_CONF"};
+    const char *srcs[3] = {&malloc_conf ? malloc_conf : NULL, getenv("MALLOC_CONF"),
+                           getenv("SALLOC_CONF")};
+    /* confirm_conf applies to every source, so look for it first. */
+    for (int i = 0; i < 3; i++)
+        parse(srcs[i], true);
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!srcs[i])
+            continue;
+        if (opt_confirm_conf) {
+            char n[2] = {(char)('1' + i), '\0'};
+            struct line l = {.len = 0};
+            puts0(&l, "<salloc>: malloc_conf #");
+            puts0(&l, n);
+            puts0(&l, " (");
+            puts0(&l, names[i]);
+            puts0(&l, "): \"");
+            puts0(&l, srcs[i]);
+            put(&l, "\"", 1);
+            emit(&l);
+        }
+        bad += conf_apply(srcs[i], names[i]);
+    }
+    if (bad && opt_abort_conf) {
+        struct line l = {.len = 0};
+        puts0(&l, "<salloc>: Abort (abort_conf:true) on invalid conf value (see above).");
+        emit(&l);
+        abort();
+    }
 }

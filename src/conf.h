@@ -4,22 +4,29 @@
  * the program may define, the MALLOC_CONF environment variable, and the
  * SALLOC_CONF environment variable.
  *
- * A malformed or unknown pair prints one line to stderr naming it and the
- * source, is ignored, and the program runs on.  Never calls malloc.
+ * A malformed or unknown pair prints one line to stderr in jemalloc's words
+ * with "<salloc>:" in front (spec/mallctl.md 3.3), is ignored, and the
+ * program runs on (unless abort_conf:true).  Never calls malloc or stdio.
  *
- * Options so far (man/salloc.3 documents each):
- *   dirty_decay_ms   ms before free pages go back to the kernel (default
- *                    10000; 0 = at once; -1 = only on malloc_trim)
+ * The table in conf.c lists every option; man/salloc.3 (TUNING) documents
+ * each.  Profiling options write the opt_* variables of prof.h (defined in
+ * prof.c); the others are defined in conf.c and declared here.
  */
 #ifndef SA_CONF_H
 #define SA_CONF_H
 
 #include <stdbool.h>
+#include <sys/types.h>
+
+extern ssize_t opt_dirty_decay_ms; /* as given; the page heap holds the live value */
+extern bool opt_abort_conf;        /* abort() after reporting any bad option */
+extern bool opt_confirm_conf;      /* print each source and accepted pair */
 
 void conf_init(void);
 
-/* Applies an option string; `source` names it in warnings.  Returns the
- * number of pairs rejected. */
+/* Applies an option string (NULL: nothing); `source` names it in
+ * confirm_conf's output.  Returns the number of errors reported.  Never
+ * aborts: conf_init() applies abort_conf once every source is read. */
 int conf_apply(const char *opts, const char *source);
 
 #endif

@@ -2,8 +2,9 @@
 # check_exports.sh LIB: the shared library exports exactly the public API
 # (everything else is hidden) and needs nothing beyond libc and pthreads.
 lib=${1:?usage: check_exports.sh lib/libsalloc.so}
-want="aligned_alloc calloc free free_aligned_sized free_sized malloc malloc_trim
-malloc_usable_size memalign posix_memalign pvalloc realloc reallocarray valloc"
+want="aligned_alloc calloc free free_aligned_sized free_sized malloc malloc_stats_print
+malloc_trim malloc_usable_size mallctl mallctlbymib mallctlnametomib memalign
+posix_memalign pvalloc realloc reallocarray valloc"
 # Defined, default-visibility dynamic symbols (hidden ones, such as the
 # linker's __start_/__stop_salloc_text, are listed by nm -D but not exported).
 got=$(readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && $6 == "DEFAULT" && ($5 == "GLOBAL" || $5 == "WEAK") {sub(/@.*/, "", $8); print $8}' | sort | tr '\n' ' ')

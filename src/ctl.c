@@ -1,0 +1,764 @@
+/*
+ * ctl.c: mallctl(), mallctlnametomib(), mallctlbymib() (see ctl.h,
+ * spec/mallctl.md).
+ *
+ * Owns: the table of names (one flat array, sorted by full dotted name, one
+ * row per name, `<i>`/`<j>` for integer components), the epoch and the
+ * statistics snapshot.  Reads the other layers only through their headers.
+ *
+ * Each call goes: split the name (ENOENT on an empty component), find the
+ * row (ENOENT: unknown, inner node, past a leaf, rejected index), the
+ * profiling gate (ENOENT when !opt_prof), the access mode (EPERM), the sizes
+ * (EINVAL, *oldlenp checked before anything is written, so bad input loses
+ * nothing), then the row's handler, then the copy-out.
+ *
+ * Must never: call malloc, use stdio, set errno, return ENOMEM, hold a lock
+ * of its own while calling another layer.
+ */
+#include "ctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "../include/salloc.h"
+#include "central.h"
+#include "conf.h"
+#include "init.h"
+#include "meta.h"
+#include "pageheap.h"
+#include "prof.h"
+#include "sizeclass.h"
+#include "tcache.h"
+#include "util.h"
+
+/* ---- values ---- */
+
+enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR };
+static const size_t type_size[] = {
+    [T_VOID] = 0, [T_BOOL] = sizeof(bool), [T_UNSIGNED] = sizeof(unsigned),
+    [T_UINT32] = sizeof(uint32_t), [T_SIZE] = sizeof(size_t),
+    [T_SSIZE] = sizeof(ssize_t), [T_UINT64] = sizeof(uint64_t),
+    [T_STR] = sizeof(const char *),
+};
+
+union ctl_val {
+    bool b;
+    unsigned u;
+    uint32_t u32;
+    size_t z;
+    ssize_t zd;
+    uint64_t u64;
+    const char *s;
+};
+
+/* Access: r- read only, rw, -w write only, -- action, rx read xor write
+ * (thread.prof.name). */
+enum ctl_access { A_R, A_RW, A_W, A_NONE, A_RX };
+
+/* Profiling gates (spec 1.2): ENOENT for any use, or for writes only, when
+ * opt_prof is false.  Reads of gated switches return false/0 (handlers). */
+enum { G_PROF_ALL = 1, G_PROF_WRITE = 2 };
+
+struct ctl_row;
+struct ctl_ctx {
+    const struct ctl_row *row;
+    size_t idx[2];               /* the name's integer components, in order */
+};
+
+/* Handlers: `old` non-NULL asks for the value before any write, `new`
+ * non-NULL carries the value to write (its size already checked).  Return
+ * 0, ENOENT, EINVAL or EFAULT; nothing is copied out on error. */
+typedef int ctl_fn(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new);
+
+struct ctl_row {
+    const char *name;
+    enum ctl_type type;
+    enum ctl_access access;
+    ctl_fn *fn;
+    const void *arg;             /* ctl_var: the variable; ctl_const: a string */
+    uint64_t k;                  /* ctl_const: a number; snapshot rows: offset */
+    unsigned gate;
+};
+
+/* ---- the statistics snapshot (stats.*), taken when epoch is written ----
+ *
+ * Formulas (spec 2.5), all in bytes:
+ *   small objects  = sum over classes of (objects out of the central lists
+ *                    x class size); thread caches' objects are among them
+ *   small.allocated = small objects - bytes cached by all threads
+ *   large.allocated = live large spans + sampled allocations' own mappings
+ *                    (whole pages: this overstates a sampled allocation by
+ *                    its page rounding, and a sampled small one by its proxy
+ *                    object too; prof.h has no figure for sampled bytes)
+ *   allocated = small.allocated + large.allocated
+ *   active    = small spans + large spans + sampled mappings (whole pages)
+ *   metadata  = meta_mapped_bytes()
+ *   resident  = active + free dirty pages + metadata (an upper bound)
+ *   mapped    = active + metadata: the extents in use; free pages, dirty or
+ *               not, are excluded, as jemalloc's inactive extents are
+ *   retained  = free clean (purged) pages: still mapped, nothing resident
+ * Layers are read one after another, not atomically, so under concurrent
+ * churn allocated is clamped to active to keep the documented order.
+ *
+ * Published with a sequence count (odd while written) rather than a lock:
+ * no lock rank exists for ctl, and readers only retry.  Every field is a
+ * size_t so that a reader copies one word by offset. */
+struct snapshot {
+    size_t allocated, active, metadata, resident, mapped, retained;
+    size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
+    size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
+};
+static struct snapshot snap;
+static unsigned snap_seq;       /* 0: never taken; odd: being written */
+static uint64_t epoch = 1;
+
+static void snap_take(void)
+{
+    struct snapshot s = {0};
+    size_t small_objects = 0;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        struct central_stats cs;
+        central_get_stats(cls, &cs);
+        s.curregs[cls] = cs.allocated;
+        s.curslabs[cls] = cs.spans;
+        small_objects += cs.allocated * sizeclass_size(cls);
+    }
+    s.tcache_bytes = tcache_all_cached_bytes();
+    struct pageheap_stats ph;
+    pageheap_get_stats(&ph);
+    s.small_allocated = small_objects > s.tcache_bytes ? small_objects - s.tcache_bytes : 0;
+    s.large_allocated = ph.large + ph.sampled;
+    s.active = ph.small + ph.large + ph.sampled;
+    s.allocated = s.small_allocated + s.large_allocated;
+    if (s.allocated > s.active)
+        s.allocated = s.active;
+    s.metadata = meta_mapped_bytes();
+    s.resident = s.active + ph.free_dirty + s.metadata;
+    s.mapped = s.active + s.metadata;
+    s.retained = ph.free_clean;
+    s.pactive = s.active >> SA_PAGE_SHIFT;
+    s.pdirty = ph.free_dirty >> SA_PAGE_SHIFT;
+
+    /* Publish: make the count odd (one writer at a time), copy, make it even. */
+    unsigned seq = __atomic_load_n(&snap_seq, __ATOMIC_RELAXED);
+    for (;;) {
+        if (!(seq & 1) && __atomic_compare_exchange_n(&snap_seq, &seq, seq + 1, false,
+                                                      __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+        seq = __atomic_load_n(&snap_seq, __ATOMIC_RELAXED);
+    }
+    const size_t *from = (const size_t *)&s;
+    size_t *to = (size_t *)&snap;
+    for (size_t i = 0; i < sizeof(s) / sizeof(size_t); i++)
+        __atomic_store_n(&to[i], from[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&snap_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* One word of the snapshot, by byte offset; takes the first snapshot if
+ * none was taken yet.  Gives up retrying after a while (a fork child whose
+ * parent was mid-publish would otherwise spin forever). */
+static size_t snap_read(size_t offset)
+{
+    if (__atomic_load_n(&snap_seq, __ATOMIC_ACQUIRE) == 0)
+        snap_take();
+    const size_t *word = (const size_t *)((const char *)&snap + offset);
+    size_t v = 0;
+    for (int tries = 0; tries < 1000; tries++) {
+        unsigned before = __atomic_load_n(&snap_seq, __ATOMIC_ACQUIRE);
+        v = __atomic_load_n(word, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (!(before & 1) && __atomic_load_n(&snap_seq, __ATOMIC_RELAXED) == before)
+            break;
+    }
+    return v;
+}
+
+/* ---- handlers ---- */
+
+/* Reads a variable of the row's type (strings: a char array). */
+static int ctl_var(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    const void *p = cx->row->arg;
+    switch (cx->row->type) {
+    case T_BOOL: old->b = *(const bool *)p; break;
+    case T_SIZE: old->z = *(const size_t *)p; break;
+    case T_SSIZE: old->zd = *(const ssize_t *)p; break;
+    default: old->s = p; break;
+    }
+    return 0;
+}
+
+/* A constant: row->arg for strings, row->k for numbers. */
+static int ctl_const(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    const struct ctl_row *r = cx->row;
+    switch (r->type) {
+    case T_BOOL: old->b = r->k != 0; break;
+    case T_UNSIGNED: old->u = (unsigned)r->k; break;
+    case T_SIZE: old->z = (size_t)r->k; break;
+    case T_SSIZE: old->zd = (ssize_t)r->k; break;
+    default: old->s = r->arg; break;
+    }
+    return 0;
+}
+
+static int ctl_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    old->z = snap_read((size_t)cx->row->k);
+    return 0;
+}
+
+/* stats.arenas.<i>.bins.<j>.*: row->k is the offset of the class-0 slot. */
+static int ctl_bin_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    old->z = snap_read((size_t)cx->row->k + (cx->idx[1] + 1) * sizeof(size_t));
+    return 0;
+}
+
+static int ctl_epoch(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->u64 = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    if (new) {
+        snap_take();
+        __atomic_add_fetch(&epoch, 1, __ATOMIC_RELAXED);
+    }
+    return 0;
+}
+
+/* arenas.bin.<i>.*: jemalloc's bin i is salloc's class i + 1. */
+static int ctl_bin_size(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    old->z = sizeclass_size((unsigned)cx->idx[0] + 1);
+    return 0;
+}
+
+static int ctl_bin_nregs(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    old->u32 = sizeclass_objects((unsigned)cx->idx[0] + 1);
+    return 0;
+}
+
+static int ctl_bin_slab_size(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)new;
+    old->z = sizeclass_pages((unsigned)cx->idx[0] + 1) << SA_PAGE_SHIFT;
+    return 0;
+}
+
+/* arena.<i>.purge: what malloc_trim() does (malloc.c). */
+static int ctl_purge(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old, (void)new;
+    struct tcache *tc = init_current_cache();
+    if (tc)
+        tcache_flush_all(tc);
+    central_release_empty();
+    pageheap_purge();
+    return 0;
+}
+
+/* arena.<i>.decay: the page heap decays whenever it is used and offers no
+ * "decay now"; resetting the decay time makes its next use check at once,
+ * and giving the central lists' empty spans back is such a use. */
+static int ctl_decay(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old, (void)new;
+    pageheap_set_decay_ms(pageheap_decay_ms());
+    central_release_empty();
+    return 0;
+}
+
+/* Same bounds as the dirty_decay_ms option (conf.c): -1..LONG_MAX/1e6 ms.
+ * Out of range is EFAULT, as jemalloc's failed decay set. */
+static int ctl_decay_ms(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (new && (new->zd < -1 || new->zd > LONG_MAX / 1000000))
+        return EFAULT;
+    if (old)
+        old->zd = pageheap_decay_ms();
+    if (new)
+        pageheap_set_decay_ms(new->zd);
+    return 0;
+}
+
+static int ctl_prof_active(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (new && new->b && !opt_prof)
+        return ENOENT; /* writing false with profiling off succeeds, changes nothing */
+    if (old)
+        old->b = opt_prof && prof_active_get();
+    if (new && opt_prof)
+        prof_active_set(new->b);
+    return 0;
+}
+
+static int ctl_prof_thread_active_init(const struct ctl_ctx *cx, union ctl_val *old,
+                                       const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->b = opt_prof && prof_thread_active_init_get();
+    if (new)
+        prof_thread_active_init_set(new->b);
+    return 0;
+}
+
+static int ctl_prof_gdump(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->b = opt_prof && prof_gdump_get();
+    if (new)
+        prof_gdump_set(new->b);
+    return 0;
+}
+
+static int ctl_prof_dump(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    return prof_dump(new ? new->s : NULL);
+}
+
+static int ctl_prof_prefix(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    if (!new)
+        return EINVAL; /* an action that needs a value and got none */
+    if (!new->s)
+        return EFAULT;
+    return prof_prefix_set(new->s);
+}
+
+/* Largest lg the sampler takes (prof.h: 0..62). */
+#define CTL_MAX_LG_SAMPLE 62
+
+static int ctl_prof_reset(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    prof_reset(new ? new->z : prof_lg_sample_get());
+    return 0;
+}
+
+static int ctl_prof_lg_sample(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->z = opt_prof ? prof_lg_sample_get() : 0;
+    if (new)
+        prof_lg_sample_set(new->z > CTL_MAX_LG_SAMPLE ? CTL_MAX_LG_SAMPLE : new->z);
+    return 0;
+}
+
+static int ctl_prof_interval(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = opt_prof ? prof_interval_get() : 0;
+    return 0;
+}
+
+static int ctl_prof_sample_count(const struct ctl_ctx *cx, union ctl_val *old,
+                                 const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->z = opt_prof ? prof_sample_count() : 0;
+    return 0;
+}
+
+static int ctl_thread_allocated(const struct ctl_ctx *cx, union ctl_val *old,
+                                const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = prof_thread_allocated();
+    return 0;
+}
+
+static int ctl_thread_deallocated(const struct ctl_ctx *cx, union ctl_val *old,
+                                  const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = prof_thread_deallocated();
+    return 0;
+}
+
+static int ctl_thread_arena(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (new && new->u != 0)
+        return EFAULT; /* salloc has one arena */
+    if (old)
+        old->u = 0;
+    return 0;
+}
+
+static int ctl_thread_prof_active(const struct ctl_ctx *cx, union ctl_val *old,
+                                  const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->b = opt_prof && prof_thread_active_get();
+    if (new)
+        prof_thread_active_set(new->b);
+    return 0;
+}
+
+static int ctl_thread_prof_name(const struct ctl_ctx *cx, union ctl_val *old,
+                                const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->s = prof_thread_name_get();
+    return new ? prof_thread_name_set(new->s) : 0;
+}
+
+/* Whether the calling thread had a cache when mallctl() was entered (the
+ * entry point may give it one while initialising). */
+static __thread bool had_cache;
+
+static int ctl_tcache_flush(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old, (void)new;
+    struct tcache *tc = init_current_cache();
+    if (!had_cache || !tc)
+        return EFAULT;
+    tcache_flush_all(tc);
+    return 0;
+}
+
+/* ---- the table: sorted by name (ctl_table_ok), one row per name ---- */
+
+#define VAR(n, t, v) {n, t, A_R, ctl_var, &(v), 0, 0}
+#define CONST(n, t, x) {n, t, A_R, ctl_const, NULL, (x), 0}
+#define STR(n, s) {n, T_STR, A_R, ctl_const, (s), 0, 0}
+#define STAT(n, f) {n, T_SIZE, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
+#define BINSTAT(n, f) {n, T_SIZE, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
+#define FN(n, t, a, f, g) {n, t, a, f, NULL, 0, g}
+
+static const struct ctl_row table[] = {
+    FN("arena.<i>.decay", T_VOID, A_NONE, ctl_decay, 0),
+    FN("arena.<i>.dirty_decay_ms", T_SSIZE, A_RW, ctl_decay_ms, 0),
+    FN("arena.<i>.purge", T_VOID, A_NONE, ctl_purge, 0),
+    FN("arenas.bin.<i>.nregs", T_UINT32, A_R, ctl_bin_nregs, 0),
+    FN("arenas.bin.<i>.size", T_SIZE, A_R, ctl_bin_size, 0),
+    FN("arenas.bin.<i>.slab_size", T_SIZE, A_R, ctl_bin_slab_size, 0),
+    FN("arenas.dirty_decay_ms", T_SSIZE, A_RW, ctl_decay_ms, 0),
+    CONST("arenas.narenas", T_UNSIGNED, 1),
+    CONST("arenas.nbins", T_UNSIGNED, SA_NUM_CLASSES - 1),
+    CONST("arenas.page", T_SIZE, SA_PAGE_SIZE),
+    CONST("arenas.quantum", T_SIZE, 16),
+    CONST("config.cache_oblivious", T_BOOL, 0),
+    CONST("config.debug", T_BOOL, SA_DEBUG_BUILD),
+    CONST("config.fill", T_BOOL, 0),
+    CONST("config.lazy_lock", T_BOOL, 0),
+    STR("config.malloc_conf", ""),
+    CONST("config.opt_safety_checks", T_BOOL, 1), /* free() always checks its pointer */
+    CONST("config.prof", T_BOOL, 1),
+    CONST("config.prof_libgcc", T_BOOL, 1),       /* stacks via glibc backtrace() */
+    CONST("config.prof_libunwind", T_BOOL, 0),
+    CONST("config.stats", T_BOOL, 1),
+    CONST("config.utrace", T_BOOL, 0),
+    CONST("config.xmalloc", T_BOOL, 0),
+    FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
+    VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
+    VAR("opt.confirm_conf", T_BOOL, opt_confirm_conf),
+    VAR("opt.dirty_decay_ms", T_SSIZE, opt_dirty_decay_ms),
+    VAR("opt.lg_prof_interval", T_SSIZE, opt_lg_prof_interval),
+    VAR("opt.lg_prof_sample", T_SIZE, opt_lg_prof_sample),
+    CONST("opt.muzzy_decay_ms", T_SSIZE, 0),
+    CONST("opt.narenas", T_UNSIGNED, 1),
+    VAR("opt.prof", T_BOOL, opt_prof),
+    VAR("opt.prof_accum", T_BOOL, opt_prof_accum),
+    VAR("opt.prof_active", T_BOOL, opt_prof_active),
+    VAR("opt.prof_final", T_BOOL, opt_prof_final),
+    VAR("opt.prof_gdump", T_BOOL, opt_prof_gdump),
+    VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
+    VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
+    CONST("opt.retain", T_BOOL, 1),
+    CONST("opt.tcache", T_BOOL, 1),
+    FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
+    FN("prof.dump", T_STR, A_W, ctl_prof_dump, G_PROF_ALL),
+    FN("prof.gdump", T_BOOL, A_RW, ctl_prof_gdump, G_PROF_WRITE),
+    FN("prof.interval", T_UINT64, A_R, ctl_prof_interval, 0),
+    FN("prof.lg_sample", T_SIZE, A_RW, ctl_prof_lg_sample, G_PROF_WRITE),
+    FN("prof.prefix", T_STR, A_W, ctl_prof_prefix, G_PROF_ALL),
+    FN("prof.reset", T_SIZE, A_W, ctl_prof_reset, G_PROF_ALL),
+    FN("prof.sample_count", T_SIZE, A_R, ctl_prof_sample_count, 0),
+    FN("prof.thread_active_init", T_BOOL, A_RW, ctl_prof_thread_active_init, G_PROF_WRITE),
+    STAT("stats.active", active),
+    STAT("stats.allocated", allocated),
+    BINSTAT("stats.arenas.<i>.bins.<j>.curregs", curregs),
+    BINSTAT("stats.arenas.<i>.bins.<j>.curslabs", curslabs),
+    STAT("stats.arenas.<i>.large.allocated", large_allocated),
+    STAT("stats.arenas.<i>.pactive", pactive),
+    STAT("stats.arenas.<i>.pdirty", pdirty),
+    STAT("stats.arenas.<i>.small.allocated", small_allocated),
+    STAT("stats.arenas.<i>.tcache_bytes", tcache_bytes),
+    STAT("stats.mapped", mapped),
+    STAT("stats.metadata", metadata),
+    STAT("stats.resident", resident),
+    STAT("stats.retained", retained),
+    FN("thread.allocated", T_UINT64, A_R, ctl_thread_allocated, 0),
+    FN("thread.arena", T_UNSIGNED, A_RW, ctl_thread_arena, 0),
+    FN("thread.deallocated", T_UINT64, A_R, ctl_thread_deallocated, 0),
+    FN("thread.prof.active", T_BOOL, A_RW, ctl_thread_prof_active, G_PROF_WRITE),
+    FN("thread.prof.name", T_STR, A_RX, ctl_thread_prof_name, G_PROF_ALL),
+    FN("thread.tcache.flush", T_VOID, A_NONE, ctl_tcache_flush, 0),
+    STR("version", "salloc " SALLOC_VERSION),
+};
+#define NROWS (sizeof(table) / sizeof(table[0]))
+
+/* ---- names ---- */
+
+/* A name split into components; `s`/`len` point into the caller's string. */
+struct comp {
+    const char *s;
+    size_t len;
+    bool is_int;
+    size_t value;
+};
+
+/* Component k of a pattern: its start and length; false if there is none. */
+static bool pattern_comp(const char *pat, unsigned k, const char **s, size_t *len)
+{
+    for (; k; k--) {
+        pat = strchr(pat, '.');
+        if (!pat)
+            return false;
+        pat++;
+    }
+    const char *dot = strchr(pat, '.');
+    *s = pat;
+    *len = dot ? (size_t)(dot - pat) : strlen(pat);
+    return true;
+}
+
+/* Splits `name` into at most CTL_MAX_DEPTH components; all-digit ones are
+ * integers (base 10).  -1 (ENOENT) for an empty or overlong component. */
+static int split(const char *name, struct comp *c)
+{
+    int n = 0;
+    for (const char *p = name;; n++) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        if (len == 0 || n == CTL_MAX_DEPTH)
+            return -1;
+        c[n] = (struct comp){p, len, true, 0};
+        for (size_t i = 0; i < len; i++) {
+            if (p[i] < '0' || p[i] > '9') {
+                c[n].is_int = false;
+                break;
+            }
+            if (c[n].value > (SIZE_MAX - 9) / 10)
+                return -1; /* an index no node accepts */
+            c[n].value = c[n].value * 10 + (size_t)(p[i] - '0');
+        }
+        if (!dot)
+            return n + 1;
+        p = dot + 1;
+    }
+}
+
+/* Does integer component `c` fit the node named by the component before it? */
+static bool index_ok(const struct comp *prev, size_t value)
+{
+    if ((prev->len == 5 && !memcmp(prev->s, "arena", 5)) ||
+        (prev->len == 6 && !memcmp(prev->s, "arenas", 6)))
+        return value == 0 || value == MALLCTL_ARENAS_ALL;
+    return value < SA_NUM_CLASSES - 1; /* bin / bins: jemalloc's bin index */
+}
+
+/* Finds the row `c[0..n)` names.  Returns the leaf's row index, or -1 with
+ * *inner set to the first row under an inner node the name stops at, or -1
+ * with *inner = -1 when nothing matches (ENOENT either way for mallctl). */
+static int find(const struct comp *c, int n, int *inner)
+{
+    *inner = -1;
+    for (int i = 1; i < n; i++)
+        if (c[i].is_int && !index_ok(&c[i - 1], c[i].value))
+            return -1;
+    for (unsigned r = 0; r < NROWS; r++) {
+        int k;
+        const char *s;
+        size_t len;
+        for (k = 0; k < n && pattern_comp(table[r].name, (unsigned)k, &s, &len); k++) {
+            bool placeholder = s[0] == '<';
+            if (placeholder ? !c[k].is_int
+                            : c[k].is_int || len != c[k].len || memcmp(s, c[k].s, len))
+                break;
+        }
+        if (k < n)
+            continue;
+        if (!pattern_comp(table[r].name, (unsigned)n, &s, &len))
+            return (int)r;
+        if (*inner < 0)
+            *inner = (int)r;
+    }
+    return -1;
+}
+
+/* ---- calling a row ---- */
+
+static int call(int r, const struct comp *c, int n, void *oldp, size_t *oldlenp,
+                void *newp, size_t newlen)
+{
+    const struct ctl_row *row = &table[r];
+    struct ctl_ctx cx = {row, {0, 0}};
+    for (int i = 0, j = 0; i < n; i++)
+        if (c[i].is_int && j < 2)
+            cx.idx[j++] = c[i].value;
+
+    if ((row->gate & G_PROF_ALL) && !opt_prof)
+        return ENOENT;
+    bool rd = oldp || oldlenp, wr = newp || newlen;
+    switch (row->access) {
+    case A_R: if (wr) return EPERM; break;
+    case A_W: if (rd) return EPERM; break;
+    case A_NONE: if (rd || wr) return EPERM; break;
+    case A_RX: if (rd && wr) return EPERM; break;
+    case A_RW: break;
+    }
+    if ((row->gate & G_PROF_WRITE) && newp && !opt_prof)
+        return ENOENT;
+
+    size_t size = type_size[row->type];
+    if (newp && newlen != size)
+        return EINVAL;
+    union ctl_val old = {0}, new = {0};
+    bool want_old = oldp && oldlenp; /* one without the other: no read (spec 1.2) */
+    if (want_old && *oldlenp != size) {
+        /* Wrong size: the partial copy jemalloc makes, and no write. */
+        int err = row->fn(&cx, &old, NULL);
+        if (err)
+            return err;
+        size_t n_copy = *oldlenp < size ? *oldlenp : size;
+        memcpy(oldp, &old, n_copy);
+        *oldlenp = n_copy;
+        return EINVAL;
+    }
+    if (row->access == A_R && !want_old)
+        return 0; /* r- handlers always fill *old */
+    if (newp)
+        memcpy(&new, newp, size);
+    int err = row->fn(&cx, want_old ? &old : NULL, newp ? &new : NULL);
+    if (err)
+        return err;
+    if (want_old)
+        memcpy(oldp, &old, size);
+    return 0;
+}
+
+/* Initialises salloc (options above all) the first time it is needed, and
+ * notes whether the calling thread had a cache before (thread.tcache.flush). */
+static void ctl_enter(void)
+{
+    had_cache = init_current_cache() != NULL;
+    if (!had_cache)
+        init_thread_cache();
+}
+
+SA_EXPORT int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+{
+    int saved = errno;
+    ctl_enter();
+    struct comp c[CTL_MAX_DEPTH];
+    int n = name ? split(name, c) : -1, inner, r;
+    int err = n < 0 || (r = find(c, n, &inner)) < 0
+                  ? ENOENT
+                  : call(r, c, n, oldp, oldlenp, newp, newlen);
+    errno = saved;
+    return err;
+}
+
+SA_EXPORT int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp)
+{
+    int saved = errno;
+    ctl_enter();
+    struct comp c[CTL_MAX_DEPTH];
+    int n = name ? split(name, c) : -1, inner = -1, r = -1, err = 0;
+    if (!mibp || !miblenp)
+        err = EINVAL;
+    else if (n < 0 || ((r = find(c, n, &inner)) < 0 && inner < 0))
+        err = ENOENT;
+    else {
+        /* Named components: (row, position) of the matched row's pattern. */
+        size_t row = (size_t)(r >= 0 ? r : inner);
+        size_t cap = *miblenp < (size_t)n ? *miblenp : (size_t)n;
+        for (size_t k = 0; k < cap; k++)
+            mibp[k] = c[k].is_int ? c[k].value : CTL_MIB_NAMED | row << 8 | k;
+        *miblenp = cap;
+    }
+    errno = saved;
+    return err;
+}
+
+SA_EXPORT int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp,
+                           void *newp, size_t newlen)
+{
+    int saved = errno, err = ENOENT;
+    ctl_enter();
+    /* Rebuild the dotted name, then look it up like mallctl() does. */
+    char name[CTL_MAX_DEPTH * 24];
+    size_t len = 0;
+    if (!mib || miblen == 0 || miblen > CTL_MAX_DEPTH)
+        goto out;
+    for (size_t k = 0; k < miblen; k++) {
+        char part[24];
+        const char *s = part;
+        size_t plen = 0;
+        if (mib[k] & CTL_MIB_NAMED) {
+            size_t row = (mib[k] & ~CTL_MIB_NAMED) >> 8, pos = mib[k] & 0xff;
+            if (row >= NROWS || !pattern_comp(table[row].name, (unsigned)pos, &s, &plen) ||
+                s[0] == '<')
+                goto out;
+        } else {
+            char digits[24];
+            size_t v = mib[k];
+            do {
+                digits[plen++] = (char)('0' + v % 10);
+                v /= 10;
+            } while (v);
+            for (size_t i = 0; i < plen; i++)
+                part[i] = digits[plen - 1 - i];
+        }
+        if (len + plen + 2 > sizeof(name))
+            goto out;
+        if (k)
+            name[len++] = '.';
+        memcpy(name + len, s, plen);
+        len += plen;
+    }
+    name[len] = '\0';
+    struct comp c[CTL_MAX_DEPTH];
+    int n = split(name, c), inner, r;
+    if (n > 0 && (r = find(c, n, &inner)) >= 0)
+        err = call(r, c, n, oldp, oldlenp, newp, newlen);
+out:
+    errno = saved;
+    return err;
+}
+
+bool ctl_table_ok(void)
+{
+    for (unsigned r = 0; r < NROWS; r++) {
+        struct comp c[CTL_MAX_DEPTH];
+        if (split(table[r].name, c) < 0)
+            return false;
+        if (r && strcmp(table[r - 1].name, table[r].name) >= 0)
+            return false;
+    }
+    return true;
+}

@@ -1,0 +1,228 @@
+/*
+ * test_conf.c: option strings (conf.c, spec/mallctl.md section 3): every
+ * key, each diagnostic's exact text (stderr captured through a pipe), a
+ * malformed source's rest ignored, later pairs winning, clipping,
+ * confirm_conf and abort_conf.
+ */
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "prof.h"
+#include "unit.h"
+
+static char out[16384];
+
+/* conf_apply() with fd 2 redirected into `out`. */
+static int apply(const char *opts)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    int saved = dup(2);
+    dup2(p[1], 2);
+    close(p[1]);
+    int bad = conf_apply(opts, "test");
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = read(p[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(p[0]);
+    return bad;
+}
+
+/* Puts every option back to its default after each test. */
+static int reset(void **state)
+{
+    (void)state;
+    int bad = conf_apply("confirm_conf:false,prof:true,prof_active:true,prof_thread_active_init:true,"
+                         "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
+                         "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
+                         "dirty_decay_ms:10000,abort_conf:false",
+                         "reset");
+    return bad;
+}
+
+static void test_conf_every_key_accepted(void **state)
+{
+    (void)state;
+    assert_int_equal(apply("prof:false,prof_active:false,prof_thread_active_init:false,"
+                           "lg_prof_sample:12,prof_prefix:/tmp/p x,prof_final:true,"
+                           "prof_accum:true,lg_prof_interval:30,prof_gdump:true,"
+                           "dirty_decay_ms:500,muzzy_decay_ms:0,narenas:8,tcache:true,"
+                           "retain:true,abort_conf:false,confirm_conf:false"),
+                     0);
+    assert_string_equal(out, "");
+    assert_false(opt_prof);
+    assert_false(opt_prof_active);
+    assert_false(opt_prof_thread_active_init);
+    assert_int_equal(opt_lg_prof_sample, 12);
+    assert_string_equal(opt_prof_prefix, "/tmp/p x"); /* white space is part of a value */
+    assert_true(opt_prof_final);
+    assert_true(opt_prof_accum);
+    assert_int_equal(opt_lg_prof_interval, 30);
+    assert_true(opt_prof_gdump);
+    assert_int_equal(opt_dirty_decay_ms, 500);
+    assert_int_equal(pageheap_decay_ms(), 500);
+    assert_int_equal(apply(""), 0);
+    assert_int_equal(apply(NULL), 0);
+    assert_string_equal(out, "");
+}
+
+static void test_conf_diagnostics(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *opts, *msg;
+    } cases[] = {
+        {"bogus:1", "<salloc>: Invalid conf pair: bogus:1\n"},
+        {"Prof:true", "<salloc>: Invalid conf pair: Prof:true\n"},
+        {"prof: true", "<salloc>: Invalid conf value: prof: true\n"},
+        {"prof:1", "<salloc>: Invalid conf value: prof:1\n"},
+        {"prof:", "<salloc>: Invalid conf value: prof:\n"},
+        {"lg_prof_sample:abc", "<salloc>: Invalid conf value: lg_prof_sample:abc\n"},
+        {"lg_prof_sample:12k", "<salloc>: Invalid conf value: lg_prof_sample:12k\n"},
+        {"lg_prof_sample:-1", "<salloc>: Invalid conf value: lg_prof_sample:-1\n"},
+        {"lg_prof_sample: 5", "<salloc>: Invalid conf value: lg_prof_sample: 5\n"},
+        {"narenas:99999999999999999999999", "<salloc>: Invalid conf value: narenas:99999999999999999999999\n"},
+        {"narenas:0", "<salloc>: Out-of-range conf value: narenas:0\n"},
+        {"lg_prof_interval:-2", "<salloc>: Out-of-range conf value: lg_prof_interval:-2\n"},
+        {"lg_prof_interval:64", "<salloc>: Out-of-range conf value: lg_prof_interval:64\n"},
+        {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},
+        {"tcache:false", "<salloc>: Out-of-range conf value: tcache:false\n"},
+        {"retain:false", "<salloc>: Out-of-range conf value: retain:false\n"},
+        {"prof-x:true", "<salloc>: Malformed conf string at \"prof-x:true\"\n"},
+        {"prof", "<salloc>: Malformed conf string at \"prof\"\n"},
+        {":true", "<salloc>: Malformed conf string at \":true\"\n"},
+        {"prof:true,", "<salloc>: Malformed conf string at \"\"\n"},
+        {"prof,prof:true", "<salloc>: Malformed conf string at \"prof,prof:true\"\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(apply(cases[i].opts), 1);
+        assert_string_equal(out, cases[i].msg);
+    }
+    /* Processing goes on after a bad pair: one line per error. */
+    assert_int_equal(apply("bogus:1,lg_prof_sample:7,prof:yes"), 2);
+    assert_string_equal(out, "<salloc>: Invalid conf pair: bogus:1\n"
+                             "<salloc>: Invalid conf value: prof:yes\n");
+    assert_int_equal(opt_lg_prof_sample, 7);
+}
+
+static void test_conf_malformed_rest_ignored(void **state)
+{
+    (void)state;
+    assert_int_equal(apply("lg_prof_sample:10,bo-gus:1,lg_prof_sample:11"), 1);
+    assert_string_equal(out, "<salloc>: Malformed conf string at \"bo-gus:1,lg_prof_sample:11\"\n");
+    assert_int_equal(opt_lg_prof_sample, 10);
+}
+
+static void test_conf_later_wins_and_bad_value_keeps(void **state)
+{
+    (void)state;
+    assert_int_equal(apply("lg_prof_sample:5,lg_prof_sample:7"), 0);
+    assert_int_equal(opt_lg_prof_sample, 7);
+    assert_int_equal(apply("lg_prof_sample:oops"), 1);
+    assert_int_equal(opt_lg_prof_sample, 7); /* unchanged */
+    assert_int_equal(apply("lg_prof_interval:-2"), 1);
+    assert_int_equal(opt_lg_prof_interval, -1);
+}
+
+static void test_conf_integers_and_clipping(void **state)
+{
+    (void)state;
+    assert_int_equal(apply("lg_prof_sample:0x10"), 0);
+    assert_int_equal(opt_lg_prof_sample, 16);
+    assert_int_equal(apply("lg_prof_sample:010"), 0);
+    assert_int_equal(opt_lg_prof_sample, 8);
+    assert_int_equal(apply("lg_prof_sample:99"), 0);
+    assert_int_equal(opt_lg_prof_sample, 62);
+    assert_string_equal(out, "");
+    assert_int_equal(apply("lg_prof_interval:63,dirty_decay_ms:-1"), 0);
+    assert_int_equal(opt_lg_prof_interval, 63);
+    assert_int_equal(pageheap_decay_ms(), -1);
+    /* prof_prefix: copied and truncated to PROF_PREFIX_MAX - 1 bytes. */
+    static char longer[PROF_PREFIX_MAX + 100] = "prof_prefix:";
+    memset(longer + 12, 'a', PROF_PREFIX_MAX + 50);
+    assert_int_equal(apply(longer), 0);
+    assert_int_equal(strlen(opt_prof_prefix), PROF_PREFIX_MAX - 1);
+    assert_int_equal(apply("prof_prefix:"), 0);
+    assert_string_equal(opt_prof_prefix, "");
+}
+
+static void test_conf_confirm(void **state)
+{
+    (void)state;
+    opt_confirm_conf = true;
+    assert_int_equal(apply("lg_prof_sample:9,bogus:2"), 1);
+    assert_string_equal(out, "<salloc>: -- Set conf value: lg_prof_sample:9\n"
+                             "<salloc>: Invalid conf pair: bogus:2\n");
+}
+
+/* conf_init() in a child: the sources in order (SALLOC_CONF last wins), the
+ * confirm_conf header lines whatever the pair's position, and abort_conf. */
+static int child_init(const char *malloc_env, const char *salloc_env, int *status)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 2);
+        if (malloc_env)
+            setenv("MALLOC_CONF", malloc_env, 1);
+        else
+            unsetenv("MALLOC_CONF");
+        setenv("SALLOC_CONF", salloc_env, 1);
+        conf_init();
+        _exit((int)opt_lg_prof_sample);
+    }
+    close(p[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(p[0], out + len, sizeof(out) - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = '\0';
+    close(p[0]);
+    waitpid(pid, status, 0);
+    return 0;
+}
+
+static void test_conf_init_sources(void **state)
+{
+    (void)state;
+    int status;
+    child_init("lg_prof_sample:5", "lg_prof_sample:6,confirm_conf:true", &status);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 6);
+    assert_string_equal(out, "<salloc>: malloc_conf #2 (MALLOC_CONF): \"lg_prof_sample:5\"\n"
+                             "<salloc>: -- Set conf value: lg_prof_sample:5\n"
+                             "<salloc>: malloc_conf #3 (SALLOC_CONF): "
+                             "\"lg_prof_sample:6,confirm_conf:true\"\n"
+                             "<salloc>: -- Set conf value: lg_prof_sample:6\n"
+                             "<salloc>: -- Set conf value: confirm_conf:true\n");
+    child_init(NULL, "bogus:1,abort_conf:true", &status);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+    assert_string_equal(out, "<salloc>: Invalid conf pair: bogus:1\n"
+                             "<salloc>: Abort (abort_conf:true) on invalid conf value "
+                             "(see above).\n");
+    child_init(NULL, "lg_prof_sample:4,abort_conf:true", &status);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 4);
+    assert_string_equal(out, "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_conf_every_key_accepted, reset),
+        cmocka_unit_test_teardown(test_conf_diagnostics, reset),
+        cmocka_unit_test_teardown(test_conf_malformed_rest_ignored, reset),
+        cmocka_unit_test_teardown(test_conf_later_wins_and_bad_value_keeps, reset),
+        cmocka_unit_test_teardown(test_conf_integers_and_clipping, reset),
+        cmocka_unit_test_teardown(test_conf_confirm, reset),
+        cmocka_unit_test_teardown(test_conf_init_sources, reset),
+    };
+    return cmocka_run_group_tests_name("conf", tests, NULL, NULL);
+}

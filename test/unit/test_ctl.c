@@ -1,0 +1,519 @@
+/*
+ * test_ctl.c: mallctl(), mallctlnametomib(), mallctlbymib() and
+ * malloc_stats_print(): every error code path of spec/mallctl.md 1.2-1.4,
+ * MIB round trips, the statistics' order and growth, and the report's
+ * shape in text and JSON.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "../../include/salloc.h"
+#include "ctl.h"
+#include "prof.h"
+#include "unit.h"
+
+static size_t read_z(const char *name)
+{
+    size_t v = 0, len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    assert_int_equal(len, sizeof(v));
+    return v;
+}
+
+static bool read_b(const char *name)
+{
+    bool v = false;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+static void refresh(void)
+{
+    uint64_t e = 1;
+    assert_int_equal(mallctl("epoch", NULL, NULL, &e, sizeof(e)), 0);
+}
+
+static void test_ctl_table_sorted(void **state)
+{
+    (void)state;
+    assert_true(ctl_table_ok());
+}
+
+static void test_ctl_reads(void **state)
+{
+    (void)state;
+    const char *v = NULL;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl("version", &v, &len, NULL, 0), 0);
+    assert_string_equal(v, "salloc 0.1.0");
+    assert_int_equal(mallctl("config.malloc_conf", &v, &len, NULL, 0), 0);
+    assert_string_equal(v, "");
+    assert_true(read_b("config.prof"));
+    assert_true(read_b("config.stats"));
+    assert_false(read_b("config.fill"));
+    assert_true(read_b("opt.tcache"));
+    assert_true(read_b("opt.retain"));
+    assert_int_equal(read_z("arenas.page"), 8192);
+    assert_int_equal(read_z("arenas.quantum"), 16);
+    unsigned u = 0;
+    len = sizeof(u);
+    assert_int_equal(mallctl("arenas.narenas", &u, &len, NULL, 0), 0);
+    assert_int_equal(u, 1);
+    assert_int_equal(mallctl("opt.narenas", &u, &len, NULL, 0), 0);
+    assert_int_equal(u, 1);
+    assert_int_equal(mallctl("arenas.nbins", &u, &len, NULL, 0), 0);
+    assert_int_equal(u, SA_NUM_CLASSES - 1);
+    assert_int_equal(mallctl("thread.arena", &u, &len, NULL, 0), 0);
+    assert_int_equal(u, 0);
+    ssize_t z = -5;
+    len = sizeof(z);
+    assert_int_equal(mallctl("opt.muzzy_decay_ms", &z, &len, NULL, 0), 0);
+    assert_int_equal(z, 0);
+    /* jemalloc's bin i is salloc's class i + 1. */
+    assert_int_equal(read_z("arenas.bin.0.size"), sizeclass_size(1));
+    assert_int_equal(read_z("arenas.bin.3.size"), sizeclass_size(4));
+    uint32_t nregs = 0;
+    len = sizeof(nregs);
+    assert_int_equal(mallctl("arenas.bin.3.nregs", &nregs, &len, NULL, 0), 0);
+    assert_int_equal(nregs, sizeclass_objects(4));
+    assert_int_equal(read_z("arenas.bin.3.slab_size"), sizeclass_pages(4) * SA_PAGE_SIZE);
+    /* Either pointer alone: the read is skipped, not an error. */
+    assert_int_equal(mallctl("arenas.page", &z, NULL, NULL, 0), 0);
+    len = sizeof(size_t);
+    assert_int_equal(mallctl("arenas.page", NULL, &len, NULL, 0), 0);
+}
+
+static void test_ctl_enoent(void **state)
+{
+    (void)state;
+    size_t v, len = sizeof(v);
+    /* unknown, inner node, past a leaf, empty component, bad index */
+    assert_int_equal(mallctl("bogus", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("opt", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arenas.bin.0", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("opt.prof.x", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("opt..prof", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("opt.", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl(".opt", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arena.1.purge", NULL, NULL, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arena.100000.purge", NULL, NULL, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arena.99999999999999999999999.purge", NULL, NULL, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arenas.bin.96.size", &v, &len, NULL, 0), 0); /* the last bin */
+    assert_int_equal(mallctl("arenas.bin.97.size", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("arenas.bin.x.size", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("OPT.prof", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("background_thread", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("thread.allocatedp", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl(NULL, &v, &len, NULL, 0), ENOENT);
+    /* arena 4096 (MALLCTL_ARENAS_ALL) and 0 exist */
+    assert_int_equal(mallctl("arena.4096.purge", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(mallctl("arena.0.purge", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(mallctl("arena.0.decay", NULL, NULL, NULL, 0), 0);
+}
+
+static void test_ctl_einval_partial_copy(void **state)
+{
+    (void)state;
+    /* A size_t read into 4 bytes: the low 4 bytes, *oldlenp = 4. */
+    uint64_t buf[2] = {0, 0};
+    size_t len = 4;
+    assert_int_equal(mallctl("arenas.page", buf, &len, NULL, 0), EINVAL);
+    assert_int_equal(len, 4);
+    uint32_t low;
+    memcpy(&low, buf, 4);
+    assert_int_equal(low, 8192);
+    /* Into 16: 8 bytes copied, *oldlenp = 8. */
+    memset(buf, 0xff, sizeof(buf));
+    len = 16;
+    assert_int_equal(mallctl("arenas.page", buf, &len, NULL, 0), EINVAL);
+    assert_int_equal(len, 8);
+    assert_int_equal(buf[0], 8192);
+    assert_int_equal(buf[1], UINT64_MAX); /* untouched */
+}
+
+static void test_ctl_einval_write_size(void **state)
+{
+    (void)state;
+    bool was = read_b("prof.active"), f = !was;
+    uint32_t four = 0;
+    assert_int_equal(mallctl("prof.active", NULL, NULL, &four, sizeof(four)), EINVAL);
+    assert_int_equal(read_b("prof.active"), was);
+    /* Read + write with a wrong *oldlenp: partial copy, EINVAL, no write. */
+    uint64_t old = 0;
+    size_t len = sizeof(old);
+    assert_int_equal(mallctl("prof.active", &old, &len, &f, sizeof(f)), EINVAL);
+    assert_int_equal(len, sizeof(bool));
+    assert_int_equal(read_b("prof.active"), was);
+    ssize_t ms = 0;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, 4), EINVAL);
+    const char *p = "/tmp/x";
+    assert_int_equal(mallctl("prof.dump", NULL, NULL, &p, 4), EINVAL);
+}
+
+static void test_ctl_eperm(void **state)
+{
+    (void)state;
+    size_t v = 1, len = sizeof(v);
+    /* writing r- (with a value, or with newlen alone) */
+    assert_int_equal(mallctl("arenas.page", NULL, NULL, &v, sizeof(v)), EPERM);
+    assert_int_equal(mallctl("arenas.page", &v, &len, NULL, sizeof(v)), EPERM);
+    assert_int_equal(mallctl("stats.allocated", NULL, NULL, &v, sizeof(v)), EPERM);
+    /* reading -w */
+    const char *path = NULL;
+    assert_int_equal(mallctl("prof.dump", &path, &len, NULL, 0), EPERM);
+    assert_int_equal(mallctl("prof.reset", NULL, &len, NULL, 0), EPERM);
+    /* any argument on -- */
+    assert_int_equal(mallctl("arena.0.purge", &v, &len, NULL, 0), EPERM);
+    assert_int_equal(mallctl("arena.0.purge", NULL, NULL, NULL, 8), EPERM);
+    assert_int_equal(mallctl("thread.tcache.flush", &v, NULL, NULL, 0), EPERM);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    /* thread.prof.name: read or write, not both */
+    const char *name = "worker", *old = NULL;
+    len = sizeof(old);
+    assert_int_equal(mallctl("thread.prof.name", &old, &len, &name, sizeof(name)), EPERM);
+}
+
+static void test_ctl_efault(void **state)
+{
+    (void)state;
+    const char *path = "/nonexistent-dir/x.heap";
+    assert_int_equal(mallctl("prof.dump", NULL, NULL, &path, sizeof(path)), EFAULT);
+    const char *bad = "a\001b", *null = NULL;
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &bad, sizeof(bad)), EFAULT);
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &null, sizeof(null)), EFAULT);
+    unsigned one = 1;
+    assert_int_equal(mallctl("thread.arena", NULL, NULL, &one, sizeof(one)), EFAULT);
+    ssize_t ms = -2;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, sizeof(ms)), EFAULT);
+    /* prof.prefix needs a value */
+    assert_int_equal(mallctl("prof.prefix", NULL, NULL, NULL, 0), EINVAL);
+    /* errno is never touched */
+    errno = 12345;
+    mallctl("prof.dump", NULL, NULL, &path, sizeof(path));
+    mallctl("bogus", NULL, NULL, NULL, 0);
+    assert_int_equal(errno, 12345);
+}
+
+static void *flush_in_new_thread(void *arg)
+{
+    /* Nothing allocated on this thread yet: it has no cache to flush. */
+    *(int *)arg = mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+    return NULL;
+}
+
+static void test_ctl_tcache_flush_without_cache(void **state)
+{
+    (void)state;
+    pthread_t t;
+    int rc = -1;
+    assert_int_equal(pthread_create(&t, NULL, flush_in_new_thread, &rc), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(rc, EFAULT);
+}
+
+static void test_ctl_thread_prof_name(void **state)
+{
+    (void)state;
+    const char *name = "worker 1", *got = NULL;
+    size_t len = sizeof(got);
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
+    assert_int_equal(mallctl("thread.prof.name", &got, &len, NULL, 0), 0);
+    assert_string_equal(got, "worker 1");
+    name = "";
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
+    assert_int_equal(mallctl("thread.prof.name", &got, &len, NULL, 0), 0);
+    assert_string_equal(got, "");
+}
+
+static void test_ctl_prof_switches(void **state)
+{
+    (void)state;
+    /* rw: the value returned is the one before the write. */
+    bool t = true, f = false, old = false;
+    size_t len = sizeof(old);
+    assert_int_equal(mallctl("prof.active", &old, &len, &f, sizeof(f)), 0);
+    assert_true(old);
+    assert_false(read_b("prof.active"));
+    assert_int_equal(mallctl("prof.active", &old, &len, &t, sizeof(t)), 0);
+    assert_false(old);
+    assert_true(read_b("prof.active"));
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &f, sizeof(f)), 0);
+    assert_false(read_b("thread.prof.active"));
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &t, sizeof(t)), 0);
+    assert_int_equal(mallctl("prof.gdump", NULL, NULL, &f, sizeof(f)), 0);
+    assert_int_equal(mallctl("prof.thread_active_init", NULL, NULL, &t, sizeof(t)), 0);
+    /* prof.reset sets the rate; with no value it keeps it. */
+    size_t lg = 12;
+    assert_int_equal(mallctl("prof.reset", NULL, NULL, &lg, sizeof(lg)), 0);
+    assert_int_equal(read_z("prof.lg_sample"), 12);
+    assert_int_equal(mallctl("prof.reset", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(read_z("prof.lg_sample"), 12);
+    lg = 99;
+    assert_int_equal(mallctl("prof.reset", NULL, NULL, &lg, sizeof(lg)), 0);
+    assert_int_equal(read_z("prof.lg_sample"), 62);
+    lg = 19; /* writable in salloc */
+    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), 0);
+    assert_int_equal(read_z("prof.lg_sample"), 19);
+    uint64_t interval = 1;
+    len = sizeof(interval);
+    assert_int_equal(mallctl("prof.interval", &interval, &len, NULL, 0), 0);
+    read_z("prof.sample_count");
+}
+
+/* spec 1.2: the prof.* names with profiling off.  opt_prof is flipped here
+ * only for the duration of the test. */
+static void test_ctl_prof_disabled(void **state)
+{
+    (void)state;
+    opt_prof = false;
+    bool t = true, f = false;
+    size_t lg = 10, len;
+    const char *s = "x", *got;
+    assert_int_equal(mallctl("prof.dump", NULL, NULL, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("prof.dump", &got, &len, NULL, 0), ENOENT); /* before EPERM */
+    assert_int_equal(mallctl("prof.prefix", NULL, NULL, &s, sizeof(s)), ENOENT);
+    assert_int_equal(mallctl("prof.reset", NULL, NULL, &lg, sizeof(lg)), ENOENT);
+    len = sizeof(got);
+    assert_int_equal(mallctl("thread.prof.name", &got, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("prof.active", NULL, NULL, &t, sizeof(t)), ENOENT);
+    assert_int_equal(mallctl("prof.active", NULL, NULL, &f, sizeof(f)), 0);
+    assert_int_equal(mallctl("prof.gdump", NULL, NULL, &f, sizeof(f)), ENOENT);
+    assert_int_equal(mallctl("prof.thread_active_init", NULL, NULL, &f, sizeof(f)), ENOENT);
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &f, sizeof(f)), ENOENT);
+    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), ENOENT);
+    assert_false(read_b("prof.active"));
+    assert_false(read_b("prof.gdump"));
+    assert_false(read_b("prof.thread_active_init"));
+    assert_false(read_b("thread.prof.active"));
+    assert_false(read_b("opt.prof"));
+    assert_int_equal(read_z("prof.lg_sample"), 0);
+    assert_int_equal(read_z("prof.sample_count"), 0);
+    uint64_t interval = 1;
+    len = sizeof(interval);
+    assert_int_equal(mallctl("prof.interval", &interval, &len, NULL, 0), 0);
+    assert_int_equal(interval, 0);
+    opt_prof = true;
+    assert_true(read_b("prof.active"));
+}
+
+static void test_ctl_mib_round_trip(void **state)
+{
+    (void)state;
+    size_t mib[8], n = 8;
+    assert_int_equal(mallctlnametomib("arenas.bin.0.size", mib, &n), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(mib[2], 0);
+    unsigned nbins = 0;
+    size_t len = sizeof(nbins);
+    assert_int_equal(mallctl("arenas.nbins", &nbins, &len, NULL, 0), 0);
+    for (unsigned i = 0; i < nbins; i++) {
+        size_t size = 0;
+        len = sizeof(size);
+        mib[2] = i;
+        assert_int_equal(mallctlbymib(mib, 4, &size, &len, NULL, 0), 0);
+        assert_int_equal(size, sizeclass_size(i + 1));
+    }
+    mib[2] = nbins; /* past the last bin */
+    len = sizeof(size_t);
+    size_t size;
+    assert_int_equal(mallctlbymib(mib, 4, &size, &len, NULL, 0), ENOENT);
+    /* A smaller capacity: a partial MIB, still success. */
+    n = 2;
+    assert_int_equal(mallctlnametomib("arenas.bin.0.size", mib, &n), 0);
+    assert_int_equal(n, 2);
+    /* A name stopping at an inner node: success with nametomib... */
+    n = 8;
+    assert_int_equal(mallctlnametomib("arenas.bin", mib, &n), 0);
+    assert_int_equal(n, 2);
+    /* ...but ENOENT through bymib. */
+    assert_int_equal(mallctlbymib(mib, 2, &size, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctlbymib(mib, 0, &size, &len, NULL, 0), ENOENT);
+    n = 8;
+    assert_int_equal(mallctlnametomib("arenas.bogus", mib, &n), ENOENT);
+    assert_int_equal(mallctlnametomib("opt.prof.x", mib, &n), ENOENT);
+    /* Garbage named components. */
+    size_t junk[2] = {CTL_MIB_NAMED | ((size_t)1 << 40), 3};
+    assert_int_equal(mallctlbymib(junk, 2, &size, &len, NULL, 0), ENOENT);
+    /* Writes and actions through a MIB. */
+    n = 8;
+    assert_int_equal(mallctlnametomib("arena.0.purge", mib, &n), 0);
+    assert_int_equal(n, 3);
+    mib[1] = MALLCTL_ARENAS_ALL;
+    assert_int_equal(mallctlbymib(mib, 3, NULL, NULL, NULL, 0), 0);
+    mib[1] = 7;
+    assert_int_equal(mallctlbymib(mib, 3, NULL, NULL, NULL, 0), ENOENT);
+    n = 8;
+    assert_int_equal(mallctlnametomib("stats.arenas.0.bins.0.curregs", mib, &n), 0);
+    assert_int_equal(n, 6);
+    mib[4] = 2;
+    len = sizeof(size);
+    assert_int_equal(mallctlbymib(mib, 6, &size, &len, NULL, 0), 0);
+    ssize_t ms = 0, old = 0;
+    n = 8;
+    assert_int_equal(mallctlnametomib("arenas.dirty_decay_ms", mib, &n), 0);
+    len = sizeof(old);
+    assert_int_equal(mallctlbymib(mib, n, &old, &len, &ms, sizeof(ms)), 0);
+    assert_int_equal(read_z("arenas.dirty_decay_ms"), 0);
+    assert_int_equal(mallctlbymib(mib, n, NULL, NULL, &old, sizeof(old)), 0);
+}
+
+static void test_ctl_stats_order_and_growth(void **state)
+{
+    (void)state;
+    uint64_t e1 = 0, e2 = 0, one = 1;
+    size_t len = sizeof(e1);
+    assert_int_equal(mallctl("epoch", &e1, &len, &one, sizeof(one)), 0);
+    assert_int_equal(mallctl("epoch", &e2, &len, NULL, 0), 0);
+    assert_int_equal(e2, e1 + 1);
+    size_t allocated = read_z("stats.allocated"), active = read_z("stats.active");
+    size_t resident = read_z("stats.resident"), mapped = read_z("stats.mapped");
+    assert_true(allocated > 0);
+    assert_true(allocated <= active);
+    assert_true(active <= resident);
+    assert_true(active <= mapped);
+    assert_int_equal(active % SA_PAGE_SIZE, 0);
+    assert_true(read_z("stats.metadata") > 0);
+    read_z("stats.retained");
+
+    /* Snapshots: nothing changes until the next epoch write. */
+    size_t big = (size_t)10 << 20;
+    char *p = malloc(big);
+    assert_non_null(p);
+    memset(p, 1, big);
+    assert_int_equal(read_z("stats.allocated"), allocated);
+    refresh();
+    size_t grown = read_z("stats.allocated");
+    assert_true(grown >= allocated + big);
+    assert_true(grown <= allocated + big + ((size_t)1 << 20));
+    free(p);
+    refresh();
+    assert_true(read_z("stats.allocated") < grown - big / 2);
+}
+
+static void test_ctl_thread_counters(void **state)
+{
+    (void)state;
+    uint64_t a0 = 0, a1 = 0, d0 = 0, d1 = 0;
+    size_t len = sizeof(a0);
+    assert_int_equal(mallctl("thread.allocated", &a0, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("thread.deallocated", &d0, &len, NULL, 0), 0);
+    void *volatile p = malloc(1000);
+    assert_non_null(p);
+    assert_int_equal(mallctl("thread.allocated", &a1, &len, NULL, 0), 0);
+    free(p);
+    assert_int_equal(mallctl("thread.deallocated", &d1, &len, NULL, 0), 0);
+    assert_true(a1 - a0 >= 1000);
+    assert_true(d1 - d0 >= 1000);
+}
+
+struct capture {
+    char buf[256 << 10];
+    size_t len;
+    int calls;
+};
+
+static void capture_cb(void *opaque, const char *s)
+{
+    struct capture *c = opaque;
+    size_t n = strlen(s);
+    if (c->len + n < sizeof(c->buf)) {
+        memcpy(c->buf + c->len, s, n + 1);
+        c->len += n;
+    }
+    c->calls++;
+}
+
+static struct capture cap;
+
+static void test_ctl_stats_print_text(void **state)
+{
+    (void)state;
+    memset(&cap, 0, sizeof(cap));
+    malloc_stats_print(capture_cb, &cap, NULL);
+    assert_true(cap.calls > 0);
+    assert_non_null(strstr(cap.buf, "___ Begin salloc statistics ___\n"));
+    assert_non_null(strstr(cap.buf, "--- End salloc statistics ---\n"));
+    const char *line = strstr(cap.buf, "\nAllocated: ");
+    assert_non_null(line);
+    size_t a, b, c, d, e, f;
+    assert_int_equal(sscanf(line + 1,
+                            "Allocated: %zu, active: %zu, metadata: %zu (n_thp 0), "
+                            "resident: %zu, mapped: %zu, retained: %zu",
+                            &a, &b, &c, &d, &e, &f),
+                     6);
+    assert_true(a <= b && b <= d);
+    assert_non_null(strstr(cap.buf, "bins:"));
+    assert_non_null(strstr(cap.buf, "opt.prof: "));
+    /* 'b': no size-class table; 'g': no settings. */
+    memset(&cap, 0, sizeof(cap));
+    malloc_stats_print(capture_cb, &cap, "bg");
+    assert_null(strstr(cap.buf, "bins:"));
+    assert_null(strstr(cap.buf, "opt.prof: "));
+    assert_non_null(strstr(cap.buf, "Allocated: "));
+}
+
+/* Valid-looking JSON: balanced braces and brackets outside strings, one
+ * top-level object, the keys a reader looks for. */
+static void test_ctl_stats_print_json(void **state)
+{
+    (void)state;
+    memset(&cap, 0, sizeof(cap));
+    malloc_stats_print(capture_cb, &cap, "J");
+    int depth = 0, objects = 0;
+    bool in_str = false;
+    for (const char *p = cap.buf; *p; p++) {
+        if (in_str) {
+            if (*p == '\\')
+                p++;
+            else if (*p == '"')
+                in_str = false;
+            continue;
+        }
+        if (*p == '"')
+            in_str = true;
+        else if (*p == '{' || *p == '[')
+            objects += depth++ == 0;
+        else if (*p == '}' || *p == ']')
+            assert_true(--depth >= 0);
+        else if (*p == ',')
+            assert_true(depth > 0);
+    }
+    assert_int_equal(depth, 0);
+    assert_false(in_str);
+    assert_int_equal(objects, 1);
+    assert_int_equal(cap.buf[0], '{');
+    assert_non_null(strstr(cap.buf, "\"salloc\": {"));
+    assert_non_null(strstr(cap.buf, "\"allocated\": "));
+    assert_non_null(strstr(cap.buf, "\"bins\": ["));
+    assert_null(strstr(cap.buf, ",\n}"));
+    assert_null(strstr(cap.buf, "Begin salloc"));
+}
+
+int main(void)
+{
+    void *warm = malloc(1); /* the main thread gets its cache */
+    free(warm);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ctl_table_sorted),
+        cmocka_unit_test(test_ctl_reads),
+        cmocka_unit_test(test_ctl_enoent),
+        cmocka_unit_test(test_ctl_einval_partial_copy),
+        cmocka_unit_test(test_ctl_einval_write_size),
+        cmocka_unit_test(test_ctl_eperm),
+        cmocka_unit_test(test_ctl_efault),
+        cmocka_unit_test(test_ctl_tcache_flush_without_cache),
+        cmocka_unit_test(test_ctl_thread_prof_name),
+        cmocka_unit_test(test_ctl_prof_switches),
+        cmocka_unit_test(test_ctl_prof_disabled),
+        cmocka_unit_test(test_ctl_mib_round_trip),
+        cmocka_unit_test(test_ctl_stats_order_and_growth),
+        cmocka_unit_test(test_ctl_thread_counters),
+        cmocka_unit_test(test_ctl_stats_print_text),
+        cmocka_unit_test(test_ctl_stats_print_json),
+    };
+    return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
+}
