@@ -142,6 +142,11 @@ test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS
 	for t in $(UNIT_TESTS); do \
 	    echo "== $$t"; $(TEST_ENV) $$t || fail=1; \
 	done; \
+	for t in $(STRESS_TESTS); do \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, SALLOC_CONF=lg_prof_sample:10)"; \
+	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 \
+	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
+	done; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
@@ -149,7 +154,8 @@ test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS
 	exit $$fail
 
 test-tsan: test/bin/test_tsan_stress
-	STRESS_SECONDS=3 TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0" test/bin/test_tsan_stress
+	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0" \
+	    test/bin/test_tsan_stress
 
 # ---- benchmarks ----
 # C bodies; bench/bench_core.cc registers them with google benchmark.  No

@@ -29,6 +29,7 @@
 #include "central.h"
 #include "conf.h"
 #include "init.h"
+#include "lock.h"
 #include "meta.h"
 #include "pageheap.h"
 #include "prof.h"
@@ -105,16 +106,17 @@ struct ctl_row {
  * Layers are read one after another, not atomically, so under concurrent
  * churn allocated is clamped to active to keep the documented order.
  *
- * Published with a sequence count (odd while written) rather than a lock:
- * no lock rank exists for ctl, and readers only retry.  Every field is a
- * size_t so that a reader copies one word by offset. */
+ * snap_lock (LOCK_RANK_CTL, the first lock in the order) guards the
+ * snapshot; taking it calls into every lower layer.  Every field is a size_t
+ * so that a reader copies one word by offset. */
 struct snapshot {
     size_t allocated, active, metadata, resident, mapped, retained;
     size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
     size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
 };
 static struct snapshot snap;
-static unsigned snap_seq;       /* 0: never taken; odd: being written */
+static bool snap_taken;
+static sa_lock_t snap_lock = SA_LOCK_INITIALIZER(LOCK_RANK_CTL);
 static uint64_t epoch = 1;
 
 static void snap_take(void)
@@ -144,39 +146,30 @@ static void snap_take(void)
     s.pactive = s.active >> SA_PAGE_SHIFT;
     s.pdirty = ph.free_dirty >> SA_PAGE_SHIFT;
 
-    /* Publish: make the count odd (one writer at a time), copy, make it even. */
-    unsigned seq = __atomic_load_n(&snap_seq, __ATOMIC_RELAXED);
-    for (;;) {
-        if (!(seq & 1) && __atomic_compare_exchange_n(&snap_seq, &seq, seq + 1, false,
-                                                      __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-            break;
-        seq = __atomic_load_n(&snap_seq, __ATOMIC_RELAXED);
-    }
-    const size_t *from = (const size_t *)&s;
-    size_t *to = (size_t *)&snap;
-    for (size_t i = 0; i < sizeof(s) / sizeof(size_t); i++)
-        __atomic_store_n(&to[i], from[i], __ATOMIC_RELAXED);
-    __atomic_store_n(&snap_seq, seq + 2, __ATOMIC_RELEASE);
+    sa_lock(&snap_lock);
+    snap = s;
+    snap_taken = true;
+    sa_unlock(&snap_lock);
 }
 
 /* One word of the snapshot, by byte offset; takes the first snapshot if
- * none was taken yet.  Gives up retrying after a while (a fork child whose
- * parent was mid-publish would otherwise spin forever). */
+ * none was taken yet. */
 static size_t snap_read(size_t offset)
 {
-    if (__atomic_load_n(&snap_seq, __ATOMIC_ACQUIRE) == 0)
+    sa_lock(&snap_lock);
+    bool taken = snap_taken;
+    sa_unlock(&snap_lock);
+    if (!taken)
         snap_take();
-    const size_t *word = (const size_t *)((const char *)&snap + offset);
-    size_t v = 0;
-    for (int tries = 0; tries < 1000; tries++) {
-        unsigned before = __atomic_load_n(&snap_seq, __ATOMIC_ACQUIRE);
-        v = __atomic_load_n(word, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (!(before & 1) && __atomic_load_n(&snap_seq, __ATOMIC_RELAXED) == before)
-            break;
-    }
+    sa_lock(&snap_lock);
+    size_t v = *(const size_t *)((const char *)&snap + offset);
+    sa_unlock(&snap_lock);
     return v;
 }
+
+void ctl_prefork(void) { sa_lock(&snap_lock); }
+void ctl_postfork_parent(void) { sa_unlock(&snap_lock); }
+void ctl_postfork_child(void) { sa_lock_reinit(&snap_lock); }
 
 /* ---- handlers ---- */
 

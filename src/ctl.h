@@ -34,4 +34,9 @@
  * readers grepping for a name do). */
 bool ctl_table_ok(void);
 
+/* fork.c: the statistics snapshot's lock. */
+void ctl_prefork(void);
+void ctl_postfork_parent(void);
+void ctl_postfork_child(void);
+
 #endif

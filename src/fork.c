@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "central.h"
+#include "ctl.h"
 #include "dump.h"
 #include "init.h"
 #include "meta.h"
@@ -14,6 +15,7 @@
 
 static void prefork(void)
 {
+    ctl_prefork();
     prof_prefork();
     tcache_prefork();
     central_prefork();
@@ -28,6 +30,7 @@ static void postfork_parent(void)
     central_postfork_parent();
     tcache_postfork_parent();
     prof_postfork_parent();
+    ctl_postfork_parent();
 }
 
 static void postfork_child(void)
@@ -37,6 +40,7 @@ static void postfork_child(void)
     central_postfork_child();
     tcache_postfork_child(init_current_cache());
     prof_postfork_child();
+    ctl_postfork_child();
 }
 
 void fork_init(void)

@@ -7,6 +7,8 @@
  * instead of deadlocking in production.
  *
  * Order (take top first):
+ *   LOCK_RANK_CTL       mallctl's statistics snapshot (ctl.c); taken
+ *                       before reading every layer below
  *   LOCK_RANK_INIT      bootstrap (init.c)
  *   LOCK_RANK_DUMP      one dump at a time (prof.c); held while the dump
  *                       takes the sample and stack shards one by one
@@ -29,7 +31,8 @@
 #include "util.h"
 
 enum lock_rank {
-    LOCK_RANK_INIT = 1,
+    LOCK_RANK_CTL = 1,
+    LOCK_RANK_INIT,
     LOCK_RANK_DUMP,
     LOCK_RANK_TCACHES,
     LOCK_RANK_SAMPLES,

@@ -263,12 +263,55 @@ static void test_dump_rate_change_keeps_estimate(void **state)
     assert_true(fabs(mean - truth) <= 5 * se + 0.001 * truth);
 }
 
+/* jeprof's --alloc_space view: with prof_accum, freed objects still count
+ * in the [allocated-ever] pair, unbiased like the live one. */
+static void test_dump_accumulated_counts(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static void *objs[N];
+    bool saved = opt_prof_accum;
+    opt_prof_accum = true;
+    double total = 0;
+    const int rounds = 20;
+    for (int r = 0; r < rounds; r++) {
+        prof_reset(LG);
+        for (int i = 0; i < N; i++)
+            objs[i] = site_mixed(2048);
+        for (int i = 0; i < N; i++)
+            free(objs[i]); /* nothing live: only the accumulated pair remains */
+        assert_int_equal(prof_dump(dump_path), 0);
+        FILE *f = fopen(dump_path, "r");
+        char line[4096];
+        int site = -1;
+        double rate = 1 << LG;
+        while (fgets(line, sizeof(line), f)) {
+            unsigned long long n, s, an, as, first;
+            if (line[0] == '@' && sscanf(line, "@ %llx", &first) == 1)
+                site = site_of((uintptr_t)first);
+            else if (site == S_MIXED &&
+                     sscanf(line, "  t*: %llu: %llu [%llu: %llu]", &n, &s, &an, &as) == 4) {
+                assert_int_equal(n, 0);
+                if (an)
+                    total += as / -expm1(-((double)as / an) / rate);
+            }
+        }
+        fclose(f);
+    }
+    opt_prof_accum = saved;
+    double mean = total / rounds, truth = N * 2048.0, x = 2048.0 / (1 << LG);
+    double se = sqrt(N * 2048.0 * 2048 * exp(-x) / -expm1(-x) / rounds);
+    fprintf(stderr, "# accumulated: truth %.0f mean %.1f (5 SE %.1f)\n", truth, mean, 5 * se);
+    assert_true(fabs(mean - truth) <= 5 * se);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dump_format_and_bad_paths),
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
+        cmocka_unit_test(test_dump_accumulated_counts),
     };
     return cmocka_run_group_tests_name("dump", tests, setup, teardown);
 }
