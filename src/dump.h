@@ -7,6 +7,7 @@
 #ifndef SA_DUMP_H
 #define SA_DUMP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,9 +41,10 @@ void prof_boot(void);
 void prof_thread_init(struct tcache *tc);
 /* Places a sampled allocation of `usable` bytes, aligned to `align`, taken
  * at rate `rate`, holding `proxy` (NULL for large ones): its address, or
- * NULL if it could not be recorded (the caller then allocates normally). */
+ * NULL if it could not be recorded (the caller then allocates normally).
+ * *zeroed says whether its memory reads as zero. */
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy);
+                         void *proxy, bool *zeroed);
 /* Releases a sampled allocation; returns its usable size and its proxy. */
 size_t prof_free_sampled(struct span *span, void **proxy);
 size_t prof_sampled_usable(const struct span *span);

@@ -16,8 +16,8 @@
 static void prefork(void)
 {
     ctl_prefork();
-    prof_prefork();
     tcache_prefork();
+    prof_prefork();
     central_prefork();
     pageheap_prefork();
     meta_prefork();
@@ -28,8 +28,8 @@ static void postfork_parent(void)
     meta_postfork_parent();
     pageheap_postfork_parent();
     central_postfork_parent();
-    tcache_postfork_parent();
     prof_postfork_parent();
+    tcache_postfork_parent();
     ctl_postfork_parent();
 }
 

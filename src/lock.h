@@ -10,11 +10,12 @@
  *   LOCK_RANK_CTL       mallctl's statistics snapshot (ctl.c); taken
  *                       before reading every layer below
  *   LOCK_RANK_INIT      bootstrap (init.c)
+ *   LOCK_RANK_TCACHES   the list of all thread caches (tcache.c)
  *   LOCK_RANK_DUMP      one dump at a time (prof.c); held while the dump
  *                       takes the sample and stack shards one by one
- *   LOCK_RANK_TCACHES   the list of all thread caches (tcache.c)
  *   LOCK_RANK_SAMPLES   one per shard of the live-sample lists (prof.c)
  *   LOCK_RANK_STACKS    one per shard of the stack table (stack.c)
+ *   LOCK_RANK_SAMPLED_PAGES  the cache of sampled mappings (sampled_pages.c)
  *   LOCK_RANK_CENTRAL   one per size class (central.c); never two at once
  *   LOCK_RANK_PAGEHEAP  the page heap and pagemap writers (pageheap.c)
  *   LOCK_RANK_META      salloc's metadata chunks (meta.c)
@@ -33,10 +34,11 @@
 enum lock_rank {
     LOCK_RANK_CTL = 1,
     LOCK_RANK_INIT,
-    LOCK_RANK_DUMP,
     LOCK_RANK_TCACHES,
+    LOCK_RANK_DUMP,
     LOCK_RANK_SAMPLES,
     LOCK_RANK_STACKS,
+    LOCK_RANK_SAMPLED_PAGES,
     LOCK_RANK_CENTRAL,
     LOCK_RANK_PAGEHEAP,
     LOCK_RANK_META,

@@ -63,12 +63,12 @@ static void *alloc_large(size_t pages, size_t align, bool *zeroed)
 
 /* A sampled allocation: its own pages, plus a proxy object for a small one. */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
-                           uint64_t rate)
+                           uint64_t rate, bool *zeroed)
 {
     void *proxy = NULL;
     if (cls && !(proxy = alloc_small(tc, cls)))
         return NULL;
-    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy);
+    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, zeroed);
     if (!p && proxy)
         fast_free(proxy);
     return p;
@@ -91,13 +91,14 @@ static void *alloc_slow(size_t size, size_t align, bool *zeroed)
     size_t usable = cls ? sizeclass_size(cls) : pages << SA_PAGE_SHIFT;
     struct tcache *tc = init_thread_cache();
     void *p = NULL;
+    bool fresh = false;
     if (zeroed)
         *zeroed = false;
     if (tc) {
         uint64_t rate = sampler_account(tc, usable);
-        if (unlikely(rate) && (p = alloc_sampled(tc, cls, usable, align, rate))) {
+        if (unlikely(rate) && (p = alloc_sampled(tc, cls, usable, align, rate, &fresh))) {
             if (zeroed)
-                *zeroed = true; /* a fresh mapping */
+                *zeroed = fresh;
             return p;
         }
     }

@@ -3,7 +3,7 @@
  * sampled allocations, and when dumps happen (see prof.h, sampler.h).
  *
  * A sampled allocation lives alone on its own mapping (whole salloc pages,
- * MADV_NOHUGEPAGE), so its residency can be read exactly later, and a
+ * MADV_NOHUGEPAGE; sampled_pages.c), so its residency can be read exactly, and a
  * sampled small allocation also holds a proxy object of its class from the
  * ordinary slabs for its lifetime, so class and span statistics stay true.
  * The pagemap marks the mapping as a SPAN_SAMPLED span pointing at its
@@ -29,6 +29,7 @@
 #include "meta.h"
 #include "os.h"
 #include "pageheap.h"
+#include "sampled_pages.h"
 #include "sampler.h"
 #include "stack.h"
 #include "tcache.h"
@@ -267,7 +268,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
 }
 
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy)
+                         void *proxy, bool *zeroed)
 {
     if (tc->prof.in_prof)
         return NULL; /* the unwinder allocating: serve it unsampled */
@@ -277,7 +278,7 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
     struct prof_stack *st = stack_intern(frames, depth);
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
-    void *mem = st ? os_map(map_len, align > SA_PAGE_SIZE ? align : SA_PAGE_SIZE) : NULL;
+    void *mem = st ? sampled_pages_get(map_len, align, zeroed) : NULL;
     struct sample_shard *sh = shard_of(mem);
     struct sample *s = mem ? sample_new(sh) : NULL;
     struct span *span = s ? pageheap_register_sampled(mem, map_len >> SA_PAGE_SHIFT, s) : NULL;
@@ -285,12 +286,11 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
         if (s)
             sample_release(sh, s, false);
         if (mem)
-            os_unmap(mem, map_len);
+            sampled_pages_put(mem, map_len, usable);
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
         return NULL;
     }
-    os_nohugepage(mem, map_len);
     *s = (struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
                          .stack = st, .proxy = proxy,
                          .epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED)};
@@ -311,7 +311,7 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     *proxy = s->proxy;
     sample_release(shard_of(mem), s, true);
     pageheap_unregister_sampled(span);
-    os_unmap(mem, map_len);
+    sampled_pages_put(mem, map_len, usable);
     return usable;
 }
 
@@ -442,10 +442,12 @@ void prof_prefork(void)
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_lock(&shards[i].lock.mutex); /* same rank: see lock.h */
     stack_prefork();
+    sampled_pages_prefork();
 }
 
 void prof_postfork_parent(void)
 {
+    sampled_pages_postfork_parent();
     stack_postfork_parent();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_unlock(&shards[i].lock.mutex);
@@ -454,6 +456,7 @@ void prof_postfork_parent(void)
 
 void prof_postfork_child(void)
 {
+    sampled_pages_postfork_child();
     stack_postfork_child();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_init(&shards[i].lock.mutex, NULL);

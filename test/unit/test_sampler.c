@@ -124,6 +124,29 @@ static void test_sampler_every_path_samples(void **state)
     prof_lg_sample_set(saved);
 }
 
+/* A small sample's page is reused without a purge: calloc must still see
+ * zeros, and the page's old contents must not leak into a new sample. */
+static void test_sampler_reused_pages_are_cleared_for_calloc(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0);
+    for (int round = 0; round < 50; round++) {
+        size_t size = 16 + (size_t)round * 80; /* up to 3936: one OS page */
+        unsigned char *p = malloc(size);
+        assert_non_null(pageheap_sampled_span(p));
+        memset(p, 0xff, size);
+        free(p);
+        unsigned char *q = calloc(1, size);
+        assert_non_null(pageheap_sampled_span(q));
+        for (size_t i = 0; i < size; i++)
+            if (q[i])
+                fail_msg("calloc(%zu) byte %zu is %d after reuse", size, i, q[i]);
+        free(q);
+    }
+    prof_lg_sample_set(saved);
+}
+
 /* Counts sampled allocations among n of `size` bytes. */
 static unsigned count_sampled(unsigned n, size_t size)
 {
@@ -188,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_sampler_probability_through_malloc),
         cmocka_unit_test(test_sampler_every_path_samples),
         cmocka_unit_test(test_sampler_active_switches),
+        cmocka_unit_test(test_sampler_reused_pages_are_cleared_for_calloc),
         cmocka_unit_test(test_sampler_thread_byte_counts),
     };
     return cmocka_run_group_tests_name("sampler", tests, NULL, NULL);
