@@ -61,6 +61,20 @@ static void *alloc_large(size_t pages, size_t align, bool *zeroed)
     return s ? (void *)s->start : NULL;
 }
 
+/* Gives a proxy object back.  Like its allocation (alloc_small), this is
+ * not the user's doing, so it is not counted in thread.deallocated. */
+static void release_proxy(void *proxy)
+{
+    unsigned cls = pagemap_class(proxy);
+    struct tcache *tc = init_current_cache();
+    if (!tc)
+        central_free_batch(cls, proxy, 1);
+    else if (tc->bins[cls].count < tc->bins[cls].max)
+        tcache_bin_push(&tc->bins[cls], proxy);
+    else
+        tcache_overflow(tc, cls, proxy);
+}
+
 /* A sampled allocation: its own pages, plus a proxy object for a small one. */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
                            uint64_t rate, bool *zeroed)
@@ -70,7 +84,7 @@ static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_
         return NULL;
     void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, zeroed);
     if (!p && proxy)
-        fast_free(proxy);
+        release_proxy(proxy);
     return p;
 }
 
@@ -124,7 +138,7 @@ static void free_not_small(void *p, const char *fn)
         void *proxy;
         usable = prof_free_sampled(s, &proxy);
         if (proxy)
-            fast_free(proxy);
+            release_proxy(proxy);
     } else if (!(usable = pageheap_free_large(p))) {
         invalid_pointer(fn, p);
     }

@@ -114,12 +114,22 @@ void prof_thread_init(struct tcache *tc)
 
 bool prof_active_get(void) { return __atomic_load_n(&active, __ATOMIC_RELAXED); }
 
+/* Other threads see a change within SAMPLER_CHECKIN bytes of allocation;
+ * the thread that made it sees it at once. */
+static void configure(size_t lg, bool on)
+{
+    sampler_configure(lg, on);
+    struct tcache *tc = init_current_cache();
+    if (tc)
+        sampler_refresh(tc);
+}
+
 void prof_active_set(bool on)
 {
     if (!opt_prof)
         return;
     __atomic_store_n(&active, on, __ATOMIC_RELAXED);
-    sampler_configure(sampler_lg(), on);
+    configure(sampler_lg(), on);
 }
 
 bool prof_thread_active_init_get(void) { return __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED); }
@@ -140,7 +150,7 @@ size_t prof_lg_sample_get(void) { return opt_prof ? sampler_lg() : 0; }
 void prof_lg_sample_set(size_t lg)
 {
     if (opt_prof)
-        sampler_configure(lg, prof_active_get());
+        configure(lg, prof_active_get());
 }
 
 void prof_reset(size_t lg)
@@ -149,7 +159,7 @@ void prof_reset(size_t lg)
         return;
     __atomic_fetch_add(&epoch, 1, __ATOMIC_RELAXED);
     stack_accum_reset();
-    sampler_configure(lg, prof_active_get());
+    configure(lg, prof_active_get());
 }
 
 uint64_t prof_interval_get(void)

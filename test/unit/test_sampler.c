@@ -189,18 +189,37 @@ static void test_sampler_active_switches(void **state)
     prof_lg_sample_set(saved);
 }
 
-/* thread.allocated and thread.deallocated count usable bytes. */
-static void test_sampler_thread_byte_counts(void **state)
+/* thread.allocated and thread.deallocated count usable bytes, once each,
+ * sampled (every allocation, lg_prof_sample 0) or not (sampling off for
+ * the thread).  A warm-up first: the unwinder may allocate the first time
+ * it walks through code it has not seen, which the thread really did. */
+static void check_byte_counts(void)
 {
-    (void)state;
     uint64_t a0 = prof_thread_allocated(), d0 = prof_thread_deallocated();
-    void *p = malloc(1000), *q = malloc(1 << 20);
+    void *volatile p = malloc(1000), *volatile q = malloc(1 << 20);
     uint64_t a1 = prof_thread_allocated();
-    assert_int_equal(a1 - a0, malloc_usable_size(p) + malloc_usable_size(q));
     size_t up = malloc_usable_size(p), uq = malloc_usable_size(q);
+    assert_int_equal(a1 - a0, up + uq);
     free(p);
     free(q);
     assert_int_equal(prof_thread_deallocated() - d0, up + uq);
+}
+
+static void test_sampler_thread_byte_counts(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0);
+    for (int i = 0; i < 3; i++) {
+        void *volatile p = malloc(1000), *volatile q = malloc(1 << 20);
+        free(p);
+        free(q);
+    }
+    check_byte_counts();
+    prof_thread_active_set(false);
+    check_byte_counts();
+    prof_thread_active_set(true);
+    prof_lg_sample_set(saved);
 }
 
 int main(void)
