@@ -142,9 +142,9 @@ test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS
 	for t in $(UNIT_TESTS); do \
 	    echo "== $$t"; $(TEST_ENV) $$t || fail=1; \
 	done; \
-	for t in $(STRESS_TESTS); do \
-	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, SALLOC_CONF=lg_prof_sample:10)"; \
-	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 \
+	for t in $(STRESS_TESTS) test/bin/test_real_programs; do \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, heavy sampling: SALLOC_CONF=lg_prof_sample:8)"; \
+	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:8 \
 	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
