@@ -155,6 +155,23 @@ void central_release_empty(void)
     }
 }
 
+bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated)
+{
+    unsigned cls = pagemap_class(obj);
+    if (!cls)
+        return false;
+    struct central *c = central_of(cls);
+    sa_lock(&c->lock);
+    struct span *s = pagemap_span(obj);
+    bool ok = s && s->state == SPAN_SMALL && s->cls == cls;
+    if (ok) {
+        *allocated = s->allocated;
+        *free_bytes = (s->npages << SA_PAGE_SHIFT) - s->allocated * sizeclass_size(cls);
+    }
+    sa_unlock(&c->lock);
+    return ok;
+}
+
 void central_get_stats(unsigned cls, struct central_stats *st)
 {
     struct central *c = central_of(cls);

@@ -10,6 +10,7 @@
 #ifndef SA_CENTRAL_H
 #define SA_CENTRAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Takes up to `want` (>= 1) objects of class `cls`: returns how many, chained
@@ -23,6 +24,11 @@ void central_free_batch(unsigned cls, void *head, unsigned n);
 
 /* Gives every class's kept empty span back to the page heap (malloc_trim). */
 void central_release_empty(void);
+
+/* For the small object `obj`: the bytes of its span not holding a live
+ * object (free objects, never-carved room, the tail) and how many objects
+ * are out.  False if `obj` is not in a small span.  Takes the class lock. */
+bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated);
 
 struct central_stats {
     size_t spans;     /* small spans owned by the class */

@@ -327,6 +327,28 @@ static int ctl_prof_dump(const struct ctl_ctx *cx, union ctl_val *old, const uni
     return prof_dump(new ? new->s : NULL);
 }
 
+static int ctl_prof_dump_fragmentation(const struct ctl_ctx *cx, union ctl_val *old,
+                                       const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    return prof_dump_fragmentation(new ? new->s : NULL);
+}
+
+static int ctl_prof_dump_peak(const struct ctl_ctx *cx, union ctl_val *old,
+                              const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    return prof_dump_peak(new ? new->s : NULL);
+}
+
+static int ctl_prof_residency(const struct ctl_ctx *cx, union ctl_val *old,
+                              const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->b = opt_prof && prof_residency();
+    return 0;
+}
+
 static int ctl_prof_prefix(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx, (void)old;
@@ -477,18 +499,23 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_accum", T_BOOL, opt_prof_accum),
     VAR("opt.prof_active", T_BOOL, opt_prof_active),
     VAR("opt.prof_final", T_BOOL, opt_prof_final),
+    VAR("opt.prof_final_peak", T_BOOL, opt_prof_final_peak),
     VAR("opt.prof_gdump", T_BOOL, opt_prof_gdump),
+    VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
     CONST("opt.retain", T_BOOL, 1),
     CONST("opt.tcache", T_BOOL, 1),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
     FN("prof.dump", T_STR, A_W, ctl_prof_dump, G_PROF_ALL),
+    FN("prof.dump_fragmentation", T_STR, A_W, ctl_prof_dump_fragmentation, G_PROF_ALL),
+    FN("prof.dump_peak", T_STR, A_W, ctl_prof_dump_peak, G_PROF_ALL),
     FN("prof.gdump", T_BOOL, A_RW, ctl_prof_gdump, G_PROF_WRITE),
     FN("prof.interval", T_UINT64, A_R, ctl_prof_interval, 0),
     FN("prof.lg_sample", T_SIZE, A_RW, ctl_prof_lg_sample, G_PROF_WRITE),
     FN("prof.prefix", T_STR, A_W, ctl_prof_prefix, G_PROF_ALL),
     FN("prof.reset", T_SIZE, A_W, ctl_prof_reset, G_PROF_ALL),
+    FN("prof.residency", T_BOOL, A_R, ctl_prof_residency, 0),
     FN("prof.sample_count", T_SIZE, A_R, ctl_prof_sample_count, 0),
     FN("prof.thread_active_init", T_BOOL, A_RW, ctl_prof_thread_active_init, G_PROF_WRITE),
     STAT("stats.active", active),

@@ -24,9 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "central.h"
 #include "fmath.h"
 #include "log.h"
 #include "os.h"
+#include "residency.h"
 #include "stack.h"
 
 #define OUT_BUF 65536
@@ -109,12 +111,19 @@ static int entry_cmp(const struct dump_entry *a, const struct dump_entry *b)
     return a->rate < b->rate ? -1 : a->rate > b->rate;
 }
 
-static void sift_down(struct dump_entry *e, size_t root, size_t n)
+static int address_cmp(const struct dump_entry *a, const struct dump_entry *b)
+{
+    return (uintptr_t)a->ptr < (uintptr_t)b->ptr ? -1 : (uintptr_t)a->ptr > (uintptr_t)b->ptr;
+}
+
+typedef int (*entry_cmp_fn)(const struct dump_entry *, const struct dump_entry *);
+
+static void sift_down(struct dump_entry *e, size_t root, size_t n, entry_cmp_fn cmp)
 {
     for (size_t child; (child = 2 * root + 1) < n; root = child) {
-        if (child + 1 < n && entry_cmp(&e[child], &e[child + 1]) < 0)
+        if (child + 1 < n && cmp(&e[child], &e[child + 1]) < 0)
             child++;
-        if (entry_cmp(&e[root], &e[child]) >= 0)
+        if (cmp(&e[root], &e[child]) >= 0)
             return;
         struct dump_entry t = e[root];
         e[root] = e[child];
@@ -122,16 +131,50 @@ static void sift_down(struct dump_entry *e, size_t root, size_t n)
     }
 }
 
-static void sort_entries(struct dump_entry *e, size_t n)
+static void sort_entries(struct dump_entry *e, size_t n, entry_cmp_fn cmp)
 {
     for (size_t i = n / 2; i-- > 0;)
-        sift_down(e, i, n);
+        sift_down(e, i, n, cmp);
     for (size_t end = n; end-- > 1;) {
         struct dump_entry t = e[0];
         e[0] = e[end];
         e[end] = t;
-        sift_down(e, 0, end);
+        sift_down(e, 0, end, cmp);
     }
+}
+
+/* ---- what only sampled-on-own-pages allocation can know ---- */
+
+bool dump_residency_available(void)
+{
+    struct residency_reader r;
+    bool ok = residency_open(&r);
+    residency_close(&r);
+    return ok;
+}
+
+/* Fills each live entry's resident and swapped bytes (its own pages) and
+ * the free bytes of its proxy's span in proportion to its share of the
+ * span's live objects.  Entries are visited in address order so nearby
+ * samples share pagemap reads.  Returns whether pagemap could be read. */
+static bool measure(struct dump_entry *e, size_t n, struct residency_reader *r)
+{
+    bool residency = residency_open(r);
+    sort_entries(e, n, address_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (!e[i].live)
+            continue;
+        size_t present, swapped, free_bytes;
+        unsigned out;
+        if (residency && residency_query(r, (uintptr_t)e[i].ptr, e[i].map_len, &present, &swapped)) {
+            e[i].resident = (double)present;
+            e[i].swapped = (double)swapped;
+        }
+        if (e[i].proxy && central_span_usage(e[i].proxy, &free_bytes, &out) && out)
+            e[i].frag = (double)free_bytes / out;
+    }
+    residency_close(r);
+    return residency;
 }
 
 /* ---- snapshot with the accumulated groups appended ---- */
@@ -146,7 +189,8 @@ static int add_accum(const struct stack_accum *g, struct prof_stack *st, void *a
     struct accum_fill *f = arg;
     if (f->n == f->cap)
         return 0;
-    f->e[f->n++] = (struct dump_entry){st, g->usable, g->rate, 0, g->count};
+    f->e[f->n++] = (struct dump_entry){.stack = st, .usable = g->usable, .rate = g->rate,
+                                       .accum = g->count};
     return 1;
 }
 
@@ -159,9 +203,10 @@ static int count_accum(const struct stack_accum *g, struct prof_stack *st, void 
 
 /* ---- writing ---- */
 
-/* Unbiased sums of objects and bytes, live (c, s) and accumulated (ac, as). */
+/* Unbiased sums: live objects and bytes (c, s), accumulated (ac, as), and
+ * the live samples' resident, swapped and fragmentation bytes. */
 struct sums {
-    double c, s, ac, as;
+    double c, s, ac, as, resident, swapped, frag;
 };
 
 static void add_unbiased(struct sums *t, const struct dump_entry *g, uint64_t live,
@@ -172,26 +217,35 @@ static void add_unbiased(struct sums *t, const struct dump_entry *g, uint64_t li
     t->s += live * z / p;
     t->ac += accum / p;
     t->as += accum * z / p;
+    t->resident += g->resident / p;
+    t->swapped += g->swapped / p;
+    t->frag += g->frag / p;
 }
 
-/* Writes one record per (stack, Z, R) group of the sorted snapshot. */
-static void write_records(struct out *o, const struct dump_entry *e, size_t n, uint64_t rate)
+/* Writes one record per (stack, Z, R) group of the sorted snapshot.  A
+ * DUMP_LIVE record is followed by a comment line (readers skip it) with the
+ * group's unbiased resident, swapped and fragmentation bytes; a
+ * DUMP_FRAGMENTATION record carries the fragmentation bytes as its bytes. */
+static void write_records(struct out *o, const struct dump_entry *e, size_t n, uint64_t rate,
+                          enum dump_kind kind, bool residency)
 {
     for (size_t i = 0; i < n;) {
+        struct sums u = {0, 0, 0, 0, 0, 0, 0};
         size_t j = i;
         uint64_t live = 0, accum = 0;
         for (; j < n && !entry_cmp(&e[i], &e[j]); j++) {
             live += e[j].live;
             accum += e[j].accum;
+            add_unbiased(&u, &e[j], e[j].live, e[j].accum);
         }
         const struct dump_entry *g = &e[i];
         i = j;
-        unsigned long long n1, s1, n2, s2;
-        if (g->rate == rate) {
+        unsigned long long n1, s1, n2 = 0, s2 = 0;
+        if (kind == DUMP_FRAGMENTATION) {
+            transform(u.c, u.frag, (double)rate, &n1, &s1);
+        } else if (g->rate == rate) {
             n1 = live, s1 = live * g->usable, n2 = accum, s2 = accum * g->usable;
         } else {
-            struct sums u = {0, 0, 0, 0};
-            add_unbiased(&u, g, live, accum);
             transform(u.c, u.s, (double)rate, &n1, &s1);
             transform(u.ac, u.as, (double)rate, &n2, &s2);
         }
@@ -201,6 +255,9 @@ static void write_records(struct out *o, const struct dump_entry *e, size_t n, u
         for (uint32_t k = 0; k < g->stack->depth; k++)
             out_fmt(o, " %p", g->stack->frames[k]);
         out_fmt(o, "\n  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+        if (kind == DUMP_LIVE && live && residency)
+            out_fmt(o, "# salloc: resident %llu swapped %llu fragmentation %llu\n",
+                    to_count(u.resident), to_count(u.swapped), to_count(u.frag));
     }
 }
 
@@ -218,24 +275,53 @@ static void write_maps(struct out *o)
 }
 
 /* The body: header, totals, records, maps; into `o`. */
-static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_t rate)
+static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_t rate,
+                          enum dump_kind kind, bool residency)
 {
-    sort_entries(e, n);
+    sort_entries(e, n, entry_cmp);
     out_fmt(o, "heap_v2/%llu\n", (unsigned long long)rate);
     /* The totals line (for humans; readers skip it) comes before the
      * records, so the sums take a first pass over the snapshot. */
-    struct sums t = {0, 0, 0, 0};
+    struct sums t = {0, 0, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < n; i++)
         add_unbiased(&t, &e[i], e[i].live, e[i].accum);
-    unsigned long long n1, s1, n2, s2;
-    transform(t.c, t.s, (double)rate, &n1, &s1);
-    transform(t.ac, t.as, (double)rate, &n2, &s2);
+    unsigned long long n1, s1, n2 = 0, s2 = 0;
+    if (kind == DUMP_FRAGMENTATION) {
+        transform(t.c, t.frag, (double)rate, &n1, &s1);
+    } else {
+        transform(t.c, t.s, (double)rate, &n1, &s1);
+        transform(t.ac, t.as, (double)rate, &n2, &s2);
+    }
     out_fmt(o, "  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
-    write_records(o, e, n, rate);
+    if (kind != DUMP_PEAK && !residency)
+        out_fmt(o, "# salloc: residency unavailable (/proc/self/pagemap cannot be read)\n");
+    write_records(o, e, n, rate, kind, residency);
     write_maps(o);
 }
 
-int dump_heap_v2(const char *path, uint64_t rate)
+/* The samples a dump of `kind` shows, in a buffer from os_map (*bytes long). */
+static struct dump_entry *collect(enum dump_kind kind, size_t *count, size_t *bytes)
+{
+    size_t accum_groups = 0;
+    if (kind == DUMP_LIVE)
+        stack_accum_foreach(count_accum, &accum_groups);
+    size_t cap = (kind == DUMP_PEAK ? prof_peak_count() : prof_live_upper_bound()) +
+                 accum_groups + 1024;
+    *bytes = sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
+    struct dump_entry *e = os_map(*bytes, os_page_size());
+    if (!e)
+        return NULL;
+    size_t n = kind == DUMP_PEAK ? prof_peak_snapshot(e, cap) : prof_snapshot(e, cap);
+    if (kind == DUMP_LIVE) {
+        struct accum_fill fill = {e, n, cap};
+        stack_accum_foreach(add_accum, &fill);
+        n = fill.n;
+    }
+    *count = n;
+    return e;
+}
+
+int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
 {
     char tmp[4200];
     size_t plen = strlen(path);
@@ -243,25 +329,19 @@ int dump_heap_v2(const char *path, uint64_t rate)
         return -1;
     sa_format(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 
-    /* Snapshot: live samples, then accumulated groups. */
-    size_t accum_groups = 0;
-    stack_accum_foreach(count_accum, &accum_groups);
-    size_t cap = prof_live_upper_bound() + accum_groups + 1024;
-    size_t bytes = sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
-    struct dump_entry *e = os_map(bytes, os_page_size());
+    size_t n, bytes;
+    struct dump_entry *e = collect(kind, &n, &bytes);
     if (!e)
         return -1;
-    size_t n = prof_snapshot(e, cap);
-    struct accum_fill fill = {e, n, cap};
-    stack_accum_foreach(add_accum, &fill);
-    n = fill.n;
+    struct residency_reader reader;
+    bool residency = kind != DUMP_PEAK && measure(e, n, &reader);
 
     struct out *o = &out_static;
     o->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     o->failed = o->fd < 0;
     o->len = 0;
     if (!o->failed) {
-        write_profile(o, e, n, rate);
+        write_profile(o, e, n, rate, kind, residency);
         out_flush(o);
         if (close(o->fd) != 0)
             o->failed = true;

@@ -16,14 +16,23 @@ struct span;
 struct tcache;
 
 /* One line of a snapshot: `live` live samples, or `accum` samples ever
- * taken, of one (stack, usable size, rate). */
+ * taken, of one (stack, usable size, rate).  For one live sample also where
+ * it lives (ptr, map_len) and its proxy, from which dump.c measures its
+ * resident and swapped bytes and the free space it keeps alive (raw, for
+ * this one sample; unbiased when summed). */
 struct dump_entry {
     struct prof_stack *stack;
     size_t usable;
     uint64_t rate;
     uint64_t live;
     uint64_t accum;
+    const void *ptr, *proxy;
+    size_t map_len;
+    double resident, swapped, frag;
 };
+
+/* What a dump shows (prof.dump, prof.dump_fragmentation, prof.dump_peak). */
+enum dump_kind { DUMP_LIVE, DUMP_FRAGMENTATION, DUMP_PEAK };
 
 /* Copies up to `cap` live samples of the current prof.reset epoch into
  * `out`, one shard lock at a time; returns how many. */
@@ -31,10 +40,18 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap);
 /* An upper bound for the live samples (sizing a snapshot buffer). */
 size_t prof_live_upper_bound(void);
 
-/* Writes a jemalloc heap_v2 profile of the current samples to `path` with
- * header rate `rate`, through `path`.tmp.<pid> and rename(): 0, or -1 with
- * no file left behind.  Caller holds the dump lock. */
-int dump_heap_v2(const char *path, uint64_t rate);
+/* Copies the peak snapshot (prof_peak_*) into `out`; returns how many. */
+size_t prof_peak_snapshot(struct dump_entry *out, size_t cap);
+size_t prof_peak_count(void);
+
+/* Writes a heap profile of kind `kind` to `path` with header rate `rate`:
+ * jemalloc heap_v2, or profile.proto if `path` ends in .pb (.pb.gz:
+ * gzipped).  Through `path`.tmp.<pid> and rename(): 0, or -1 with no file
+ * left behind.  Caller holds the dump lock. */
+int dump_write(const char *path, uint64_t rate, enum dump_kind kind);
+
+/* Whether /proc/self/pagemap can be read (prof.residency). */
+bool dump_residency_available(void);
 
 /* ---- allocator hooks (malloc.c, init.c) ---- */
 void prof_boot(void);

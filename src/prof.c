@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "fmath.h"
 #include "init.h"
 #include "lock.h"
 #include "log.h"
@@ -44,6 +45,8 @@ bool opt_prof_final = false;
 bool opt_prof_accum = false;
 ssize_t opt_lg_prof_interval = -1;
 bool opt_prof_gdump = false;
+size_t opt_prof_peak_pct = 10;
+bool opt_prof_final_peak = false;
 
 /* ---- run-time state ---- */
 static bool active, thread_active_init, gdump;
@@ -52,6 +55,15 @@ static uint64_t alloc_total;     /* bytes allocated, as reported at samples */
 static uint64_t next_interval;   /* alloc_total at which the next .i dump is due */
 static size_t gdump_high;        /* heap size at the last .u dump */
 static uint64_t samples_failed;  /* samples that could not be recorded */
+static int64_t live_estimate;    /* unbiased live bytes, from the samples */
+
+/* The peak snapshot: the live samples as they were when live_estimate last
+ * grew by opt_prof_peak_pct over the previous snapshot.  peak_lock
+ * (LOCK_RANK_PEAK) guards the buffer, which comes from os_map. */
+static sa_lock_t peak_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PEAK);
+static struct dump_entry *peak_buf; /* under peak_lock */
+static size_t peak_cap, peak_len;   /* under peak_lock */
+static int64_t peak_mark;           /* live_estimate at the last snapshot */
 
 static sa_lock_t dump_lock = SA_LOCK_INITIALIZER(LOCK_RANK_DUMP);
 static char prefix[PROF_PREFIX_MAX];      /* under dump_lock */
@@ -65,6 +77,7 @@ struct sample {
     uint64_t rate;      /* R its interval was drawn with */
     struct prof_stack *stack;
     void *proxy;        /* small: an object of its class, held for its life */
+    int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate */
     uint32_t epoch;
 };
 
@@ -100,7 +113,7 @@ void prof_boot(void)
     if (!opt_prof)
         return;
     stack_warm_up();
-    if (opt_prof_final && prefix[0])
+    if ((opt_prof_final || opt_prof_final_peak) && prefix[0])
         atexit(final_dump);
 }
 
@@ -236,6 +249,56 @@ uint64_t prof_thread_deallocated(void)
     return tc ? tc->bytes_freed : 0;
 }
 
+/* ---- the peak snapshot ---- */
+
+/* Called after each sample with the new live estimate: a new peak more than
+ * opt_prof_peak_pct above the last snapshot takes a new one.  Outside any
+ * allocator lock; the buffer grows with os_map, never malloc. */
+static void peak_check(int64_t live)
+{
+    int64_t mark = __atomic_load_n(&peak_mark, __ATOMIC_RELAXED);
+    if (live <= mark + mark / 100 * (int64_t)opt_prof_peak_pct)
+        return;
+    if (!__atomic_compare_exchange_n(&peak_mark, &mark, live, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return; /* another thread is taking this peak */
+    sa_lock(&peak_lock);
+    size_t want = prof_live_upper_bound() + 256;
+    if (want > peak_cap) {
+        size_t bytes = sa_align_up(want * 2 * sizeof(struct dump_entry), os_page_size());
+        struct dump_entry *grown = os_map(bytes, os_page_size());
+        if (grown) {
+            if (peak_buf)
+                os_unmap(peak_buf, sa_align_up(peak_cap * sizeof(struct dump_entry), os_page_size()));
+            peak_buf = grown;
+            peak_cap = bytes / sizeof(struct dump_entry);
+        }
+    }
+    if (peak_buf)
+        peak_len = prof_snapshot(peak_buf, peak_cap);
+    sa_unlock(&peak_lock);
+}
+
+size_t prof_peak_count(void)
+{
+    sa_lock(&peak_lock);
+    size_t n = peak_len;
+    sa_unlock(&peak_lock);
+    return n;
+}
+
+size_t prof_peak_snapshot(struct dump_entry *out, size_t cap)
+{
+    sa_lock(&peak_lock);
+    size_t n = peak_len < cap ? peak_len : cap;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = peak_buf[i];
+        out[i].ptr = out[i].proxy = NULL; /* those may be gone: only stack and weight */
+    }
+    sa_unlock(&peak_lock);
+    return n;
+}
+
 /* ---- sampled allocations ---- */
 
 static struct sample *sample_new(struct sample_shard *sh)
@@ -301,14 +364,17 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
         tc->prof.in_prof = false;
         return NULL;
     }
+    double p = sa_one_minus_exp_neg((double)usable / (double)rate);
     *s = (struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
-                         .stack = st, .proxy = proxy,
+                         .stack = st, .proxy = proxy, .weight = (int64_t)(usable / p + 0.5),
                          .epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED)};
     sample_insert(sh, s);
     if (opt_prof_accum)
         stack_accum_add(st, usable, rate);
+    int64_t live = __atomic_add_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
     tc->prof.in_prof = false;
     prof_after_sample(tc);
+    peak_check(live);
     return mem;
 }
 
@@ -319,6 +385,7 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     void *mem = s->ptr;
     size_t map_len = s->map_len;
     *proxy = s->proxy;
+    __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
     sample_release(shard_of(mem), s, true);
     pageheap_unregister_sampled(span);
     sampled_pages_put(mem, map_len, usable);
@@ -340,7 +407,9 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap)
         sa_lock(&shards[i].lock);
         for (struct sample *s = shards[i].live; s && n < cap; s = s->next)
             if (s->epoch == now)
-                out[n++] = (struct dump_entry){s->stack, s->usable, s->rate, 1, 0};
+                out[n++] = (struct dump_entry){.stack = s->stack, .usable = s->usable,
+                                               .rate = s->rate, .live = 1, .ptr = s->ptr,
+                                               .proxy = s->proxy, .map_len = s->map_len};
         sa_unlock(&shards[i].lock);
     }
     return n;
@@ -373,7 +442,7 @@ static bool auto_name(char *path, size_t size, char kind, uint64_t *kseq)
     return true;
 }
 
-static int dump_locked(const char *path, char kind, uint64_t *kseq)
+static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_kind what)
 {
     char name[PROF_PREFIX_MAX + 96];
     if (!path) {
@@ -381,27 +450,39 @@ static int dump_locked(const char *path, char kind, uint64_t *kseq)
             return EFAULT;
         path = name;
     }
-    return dump_heap_v2(path, (uint64_t)1 << sampler_lg()) ? EFAULT : 0;
+    return dump_write(path, (uint64_t)1 << sampler_lg(), what) ? EFAULT : 0;
 }
 
-int prof_dump(const char *path)
+static int manual_dump(const char *path, enum dump_kind what)
 {
     if (!opt_prof)
         return ENOENT;
     sa_lock(&dump_lock);
-    int rc = dump_locked(path, 'm', &mseq);
+    int rc = dump_locked(path, 'm', &mseq, what);
     sa_unlock(&dump_lock);
     return rc;
 }
 
+int prof_dump(const char *path) { return manual_dump(path, DUMP_LIVE); }
+int prof_dump_fragmentation(const char *path) { return manual_dump(path, DUMP_FRAGMENTATION); }
+int prof_dump_peak(const char *path) { return manual_dump(path, DUMP_PEAK); }
+bool prof_residency(void) { return dump_residency_available(); }
+
 static void auto_dump(char kind, uint64_t *kseq)
 {
     sa_lock(&dump_lock);
-    dump_locked(NULL, kind, kseq);
+    dump_locked(NULL, kind, kseq, DUMP_LIVE);
     sa_unlock(&dump_lock);
 }
 
-static void final_dump(void) { auto_dump('f', NULL); }
+static void final_dump(void)
+{
+    sa_lock(&dump_lock);
+    dump_locked(NULL, 'f', NULL, DUMP_LIVE);
+    if (opt_prof_final_peak)
+        dump_locked(NULL, 'p', NULL, DUMP_PEAK);
+    sa_unlock(&dump_lock);
+}
 
 int prof_prefix_set(const char *p)
 {
@@ -449,6 +530,7 @@ void prof_maybe_gdump(void)
 void prof_prefork(void)
 {
     sa_lock(&dump_lock);
+    sa_lock(&peak_lock);
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_lock(&shards[i].lock.mutex); /* same rank: see lock.h */
     stack_prefork();
@@ -461,6 +543,7 @@ void prof_postfork_parent(void)
     stack_postfork_parent();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_unlock(&shards[i].lock.mutex);
+    sa_unlock(&peak_lock);
     sa_unlock(&dump_lock);
 }
 
@@ -470,5 +553,6 @@ void prof_postfork_child(void)
     stack_postfork_child();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         pthread_mutex_init(&shards[i].lock.mutex, NULL);
+    sa_lock_reinit(&peak_lock);
     sa_lock_reinit(&dump_lock);
 }

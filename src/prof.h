@@ -31,6 +31,8 @@ extern bool opt_prof_final;              /* dump at exit; default false */
 extern bool opt_prof_accum;              /* keep allocated-ever counts; default false */
 extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */
 extern bool opt_prof_gdump;              /* initial prof.gdump; default false */
+extern size_t opt_prof_peak_pct;         /* peak snapshot on growth above this %; 10 */
+extern bool opt_prof_final_peak;         /* also dump the peak profile at exit */
 
 /* ---- process-wide switches ---- */
 bool prof_active_get(void);
@@ -56,6 +58,14 @@ uint64_t prof_interval_get(void);
  * failure leaves no partial file.  0, or EFAULT (cannot write, or NULL path
  * with an empty prefix); ENOENT when !opt_prof. */
 int prof_dump(const char *path);
+/* prof.dump_fragmentation: like prof_dump, but each stack's bytes are the
+ * free space its small samples keep alive in their spans (unbiased). */
+int prof_dump_fragmentation(const char *path);
+/* prof.dump_peak: the live samples at the last heap peak (a snapshot taken
+ * whenever the estimated live heap grew by opt_prof_peak_pct). */
+int prof_dump_peak(const char *path);
+/* prof.residency: whether dumps can read /proc/self/pagemap. */
+bool prof_residency(void);
 /* prof.prefix: copies the prefix for automatic names; EFAULT if too long. */
 int prof_prefix_set(const char *prefix);
 const char *prof_prefix_get(void);

@@ -1,0 +1,209 @@
+/*
+ * test_profiles.c: what only sampled-on-own-pages allocation can know.
+ *
+ *   - residency: a workload that touches half of its sampled pages shows
+ *     about half of them resident; MADV_DONTNEED on some shows them gone;
+ *     an unreadable pagemap still gives a dump, which says so;
+ *   - fragmentation: a site that frees 15 of every 16 objects shows about
+ *     15/16 of its spans as fragmentation (prof.dump_fragmentation);
+ *   - peak: a 200 MiB structure, freed, then a 20 MiB one: the peak profile
+ *     shows the first, the current profile the second.
+ *
+ * Dumps are read as jeprof reads them (scale each record's (n, s) by
+ * 1/(1 - exp(-(s/n)/R))); residency comes from salloc's comment lines,
+ * which carry unbiased bytes already.  Sites live in their own sections.
+ */
+#include <malloc.h>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "init.h"
+#include "prof.h"
+#include "residency.h"
+#include "unit.h"
+
+#define SITE(name) __attribute__((noinline, section("sec_" #name))) static
+extern char __start_sec_big[], __stop_sec_big[], __start_sec_frag[], __stop_sec_frag[];
+extern char __start_sec_peak_big[], __stop_sec_peak_big[];
+extern char __start_sec_peak_small[], __stop_sec_peak_small[];
+
+static void *(*volatile do_malloc)(size_t) = malloc;
+#define CALL_MALLOC(n)                                                         \
+    do {                                                                       \
+        void *p_ = do_malloc(n);                                               \
+        __asm__ volatile("" : : "r"(p_) : "memory");                           \
+        return p_;                                                             \
+    } while (0)
+
+SITE(big) void *site_big(void) { CALL_MALLOC(1 << 20); }
+SITE(frag) void *site_frag(void) { CALL_MALLOC(64); }
+SITE(peak_big) void *site_peak_big(void) { CALL_MALLOC(8 << 20); }
+SITE(peak_small) void *site_peak_small(void) { CALL_MALLOC(64 << 10); }
+
+#define IN(sec, a) ((a) >= (uintptr_t)__start_sec_##sec && (a) < (uintptr_t)__stop_sec_##sec)
+
+struct site_totals {
+    double bytes, resident, swapped, frag;
+    bool residency_note; /* the "residency unavailable" comment */
+};
+
+/* Sums, for records whose first frame is in [lo, hi), jeprof's scaled bytes
+ * and salloc's resident/swapped/fragmentation comment values. */
+static void read_site(const char *path, const char *lo, const char *hi, struct site_totals *t)
+{
+    memset(t, 0, sizeof(*t));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[8192];
+    unsigned long long rate = 0;
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_int_equal(sscanf(line, "heap_v2/%llu", &rate), 1);
+    bool in = false;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long n, s, a, b, first, res, sw, fr;
+        if (strstr(line, "residency unavailable"))
+            t->residency_note = true;
+        if (!strncmp(line, "MAPPED_LIBRARIES:", 17))
+            break;
+        if (line[0] == '@' && sscanf(line, "@ %llx", &first) == 1)
+            in = first >= (uintptr_t)lo && first < (uintptr_t)hi;
+        else if (in && sscanf(line, "  t*: %llu: %llu [%llu: %llu]", &n, &s, &a, &b) == 4 && n)
+            t->bytes += s / -expm1(-((double)s / n) / (double)rate);
+        else if (in && sscanf(line, "# salloc: resident %llu swapped %llu fragmentation %llu",
+                              &res, &sw, &fr) == 3) {
+            t->resident += res;
+            t->swapped += sw;
+            t->frag += fr;
+        }
+    }
+    fclose(f);
+}
+
+static char path[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(path, sizeof(path), "/tmp/salloc_test_profiles.%d.heap", (int)getpid());
+    void *volatile warm = malloc(1); /* set salloc up before the tests change it */
+    free(warm);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+static void test_profiles_residency_half_touched_then_dropped(void **state)
+{
+    (void)state;
+    enum { N = 40, MIB = 1 << 20 };
+    char *objs[N];
+    prof_reset(14); /* R = 16 KiB: every 1 MiB allocation is sampled */
+    for (int i = 0; i < N; i++) {
+        objs[i] = site_big();
+        memset(objs[i], 1, MIB / 2); /* touch half of its pages */
+    }
+    struct site_totals t;
+    assert_int_equal(prof_dump(path), 0);
+    read_site(path, __start_sec_big, __stop_sec_big, &t);
+    fprintf(stderr, "# half touched: bytes %.0f resident %.0f (expect %d)\n", t.bytes, t.resident,
+            N * MIB / 2);
+    assert_true(fabs(t.bytes - N * MIB) < 0.01 * N * MIB);
+    assert_true(fabs(t.resident - N * MIB / 2) < 0.05 * N * MIB / 2);
+    assert_true(t.swapped == 0);
+
+    /* Drop a quarter of each object's pages: they are gone. */
+    for (int i = 0; i < N; i++)
+        madvise(objs[i], MIB / 4, MADV_DONTNEED);
+    assert_int_equal(prof_dump(path), 0);
+    read_site(path, __start_sec_big, __stop_sec_big, &t);
+    fprintf(stderr, "# after MADV_DONTNEED: resident %.0f (expect %d)\n", t.resident, N * MIB / 4);
+    assert_true(fabs(t.resident - N * MIB / 4) < 0.05 * N * MIB / 4);
+
+    /* No pagemap: the dump still works and says so; prof.residency false. */
+    const char *saved = residency_pagemap_path;
+    residency_pagemap_path = "/nonexistent/pagemap";
+    assert_false(prof_residency());
+    assert_int_equal(prof_dump(path), 0);
+    read_site(path, __start_sec_big, __stop_sec_big, &t);
+    assert_true(t.residency_note);
+    assert_true(t.bytes > 0.99 * N * MIB && t.resident == 0);
+    residency_pagemap_path = saved;
+    assert_true(prof_residency());
+    for (int i = 0; i < N; i++)
+        free(objs[i]);
+}
+
+static void test_profiles_fragmentation_fifteen_of_sixteen_freed(void **state)
+{
+    (void)state;
+    enum { N = 1 << 16 };
+    static void *objs[N];
+    prof_reset(6); /* R = 64 bytes: p(64) = 0.63, thousands of samples */
+    for (int i = 0; i < N; i++)
+        objs[i] = site_frag();
+    for (int i = 0; i < N; i++)
+        if (i % 16) {
+            free(objs[i]);
+            objs[i] = NULL;
+        }
+    tcache_flush_all(init_current_cache()); /* freed objects back in their spans */
+    assert_int_equal(prof_dump_fragmentation(path), 0);
+    struct site_totals t;
+    read_site(path, __start_sec_frag, __stop_sec_frag, &t);
+    /* Each 8 KiB span of 128 objects keeps 8 live: 15/16 of it is free. */
+    double spans = N * 64.0, expect = spans * 15 / 16;
+    fprintf(stderr, "# fragmentation: %.0f of %.0f span bytes (expect %.0f)\n", t.bytes, spans,
+            expect);
+    assert_true(fabs(t.bytes - expect) < 0.1 * expect);
+    for (int i = 0; i < N; i += 16)
+        free(objs[i]);
+    prof_reset(19);
+}
+
+static void test_profiles_peak_shows_the_big_structure(void **state)
+{
+    (void)state;
+    enum { BIG = 25, SMALL = 320 }; /* 25 x 8 MiB, 320 x 64 KiB = 20 MiB */
+    static void *big[BIG], *small[SMALL];
+    prof_reset(16);
+    for (int i = 0; i < BIG; i++)
+        big[i] = site_peak_big();
+    for (int i = 0; i < BIG; i++)
+        free(big[i]);
+    for (int i = 0; i < SMALL; i++)
+        small[i] = site_peak_small();
+    struct site_totals pb, ps, cb, cs;
+    assert_int_equal(prof_dump_peak(path), 0);
+    read_site(path, __start_sec_peak_big, __stop_sec_peak_big, &pb);
+    read_site(path, __start_sec_peak_small, __stop_sec_peak_small, &ps);
+    assert_int_equal(prof_dump(path), 0);
+    read_site(path, __start_sec_peak_big, __stop_sec_peak_big, &cb);
+    read_site(path, __start_sec_peak_small, __stop_sec_peak_small, &cs);
+    fprintf(stderr, "# peak: big %.1f MiB small %.1f MiB; now: big %.1f MiB small %.1f MiB\n",
+            pb.bytes / 1048576, ps.bytes / 1048576, cb.bytes / 1048576, cs.bytes / 1048576);
+    /* The snapshot is taken each time the heap grows 10%: within 10% of 200. */
+    assert_true(pb.bytes >= 0.85 * BIG * (8 << 20) && pb.bytes <= 1.01 * BIG * (8 << 20));
+    assert_true(ps.bytes == 0);
+    assert_true(cb.bytes == 0);
+    assert_true(fabs(cs.bytes - SMALL * 65536.0) < 0.25 * SMALL * 65536.0);
+    for (int i = 0; i < SMALL; i++)
+        free(small[i]);
+    prof_reset(19);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profiles_residency_half_touched_then_dropped),
+        cmocka_unit_test(test_profiles_fragmentation_fifteen_of_sixteen_freed),
+        cmocka_unit_test(test_profiles_peak_shows_the_big_structure),
+    };
+    return cmocka_run_group_tests_name("profiles", tests, setup, teardown);
+}
