@@ -104,7 +104,10 @@ $(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
 
 # Programs the integration tests run (plain executables, no salloc linked).
 test/bin/prof_sites: test/integration/prof_sites.c | test/bin
-	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
+
+test/bin/prof_sites_nopie: test/integration/prof_sites.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fno-pie -no-pie -o $@ $< -ldl
 
 test/bin/prof_reentrancy: test/integration/prof_reentrancy.cc | test/bin
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
@@ -132,9 +135,10 @@ test/bin/test_tsan_stress: test/stress/test_stress.c $(TSAN_OBJS) | test/bin
 
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
             SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h \
-            SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md TEST_BIN_DIR=$(CURDIR)/test/bin CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
+            SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md TEST_BIN_DIR=$(CURDIR)/test/bin \
+            FIXTURES_DIR=$(CURDIR)/../shared/fixtures CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
-TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_reentrancy
+TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
 test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
 	@sh test/check_exports.sh lib/libsalloc.so

@@ -128,6 +128,7 @@ enum kind {
     K_CLIP,      /* unsigned, values above hi clipped to hi */
     K_SIGNED,    /* lo..hi, else out of range */
     K_STRING,    /* copied into a PROF_PREFIX_MAX array, truncated */
+    K_FORMAT,    /* a dump format: heap, pb or pb.gz (PROF_FORMAT_MAX array) */
 };
 
 struct option {
@@ -156,6 +157,7 @@ static const struct option options[] = {
     {"prof_active", K_BOOL, &opt_prof_active, 0, 0, NULL},
     {"prof_final", K_BOOL, &opt_prof_final, 0, 0, NULL},
     {"prof_final_peak", K_BOOL, &opt_prof_final_peak, 0, 0, NULL},
+    {"prof_format", K_FORMAT, opt_prof_format, 0, 0, NULL},
     {"prof_gdump", K_BOOL, &opt_prof_gdump, 0, 0, NULL},
     {"prof_peak_pct", K_UNSIGNED, &opt_prof_peak_pct, 1, 1000, NULL},
     {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL},
@@ -182,6 +184,13 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
     case K_STRING:
         if (len > PROF_PREFIX_MAX - 1)
             len = PROF_PREFIX_MAX - 1;
+        memcpy(o->var, v, len);
+        ((char *)o->var)[len] = '\0';
+        return V_OK;
+    case K_FORMAT:
+        if (!((len == 4 && !memcmp(v, "heap", 4)) || (len == 2 && !memcmp(v, "pb", 2)) ||
+              (len == 5 && !memcmp(v, "pb.gz", 5))))
+            return V_INVALID;
         memcpy(o->var, v, len);
         ((char *)o->var)[len] = '\0';
         return V_OK;

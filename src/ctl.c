@@ -500,6 +500,7 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_active", T_BOOL, opt_prof_active),
     VAR("opt.prof_final", T_BOOL, opt_prof_final),
     VAR("opt.prof_final_peak", T_BOOL, opt_prof_final_peak),
+    VAR("opt.prof_format", T_STR, opt_prof_format),
     VAR("opt.prof_gdump", T_BOOL, opt_prof_gdump),
     VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),

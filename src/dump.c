@@ -11,6 +11,9 @@
  *
  * Several records may repeat a stack; jeprof and pprof add them up.
  *
+ * A path ending in .pb or .pb.gz gets profile.proto instead (pprof.c), with
+ * the same groups and the values already unbiased.
+ *
  * Never calls malloc: buffers come from os_map, numbers from sa_format.
  * The file is written as <path>.tmp.<pid> and renamed over <path> only when
  * complete, so a failure leaves nothing behind and never damages an older
@@ -28,6 +31,7 @@
 #include "fmath.h"
 #include "log.h"
 #include "os.h"
+#include "pprof.h"
 #include "residency.h"
 #include "stack.h"
 
@@ -153,7 +157,8 @@ bool dump_residency_available(void)
     return ok;
 }
 
-/* Fills each live entry's resident and swapped bytes (its own pages) and
+/* Fills each live entry's resident and swapped bytes (of the object itself,
+ * on its own pages) and
  * the free bytes of its proxy's span in proportion to its share of the
  * span's live objects.  Entries are visited in address order so nearby
  * samples share pagemap reads.  Returns whether pagemap could be read. */
@@ -166,7 +171,7 @@ static bool measure(struct dump_entry *e, size_t n, struct residency_reader *r)
             continue;
         size_t present, swapped, free_bytes;
         unsigned out;
-        if (residency && residency_query(r, (uintptr_t)e[i].ptr, e[i].map_len, &present, &swapped)) {
+        if (residency && residency_query(r, (uintptr_t)e[i].ptr, e[i].usable, &present, &swapped)) {
             e[i].resident = (double)present;
             e[i].swapped = (double)swapped;
         }
@@ -293,10 +298,101 @@ static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_
         transform(t.ac, t.as, (double)rate, &n2, &s2);
     }
     out_fmt(o, "  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+    if (kind == DUMP_FRAGMENTATION)
+        out_fmt(o, "# salloc: fragmentation profile: bytes are the free span space each stack keeps alive\n");
+    if (kind == DUMP_PEAK)
+        out_fmt(o, "# salloc: peak profile: the live samples at the last heap peak\n");
     if (kind != DUMP_PEAK && !residency)
         out_fmt(o, "# salloc: residency unavailable (/proc/self/pagemap cannot be read)\n");
     write_records(o, e, n, rate, kind, residency);
     write_maps(o);
+}
+
+/* ---- profile.proto ---- */
+
+static const struct pprof_value_type pprof_types[] = {
+    {"alloc_objects", "count"}, {"alloc_space", "bytes"},     {"inuse_objects", "count"},
+    {"inuse_space", "bytes"},   {"resident_space", "bytes"}, {"swapped_space", "bytes"},
+    {"fragmentation_space", "bytes"},
+};
+
+static int64_t rounded(double x) { return x <= 0 ? 0 : x >= 9.2e18 ? INT64_MAX : (int64_t)(x + 0.5); }
+
+/* One pprof Sample per (stack, Z, R) group of the sorted snapshot, values
+ * unbiased (pprof never rescales).  A DUMP_FRAGMENTATION or DUMP_PEAK dump
+ * has the same shape; its inuse values are what the kind shows. */
+static size_t pprof_records(const struct dump_entry *e, size_t n, struct pprof_record *out)
+{
+    size_t nrec = 0;
+    for (size_t i = 0; i < n;) {
+        struct sums u = {0, 0, 0, 0, 0, 0, 0};
+        size_t j = i;
+        for (; j < n && !entry_cmp(&e[i], &e[j]); j++)
+            add_unbiased(&u, &e[j], e[j].live, e[j].accum);
+        const struct dump_entry *g = &e[i];
+        i = j;
+        if (u.c <= 0 && u.ac <= 0)
+            continue;
+        struct pprof_record *r = &out[nrec++];
+        *r = (struct pprof_record){.frames = g->stack->frames, .depth = g->stack->depth,
+                                   .usable = g->usable};
+        int64_t v[] = {rounded(u.ac), rounded(u.as), rounded(u.c), rounded(u.s),
+                       rounded(u.resident), rounded(u.swapped), rounded(u.frag)};
+        memcpy(r->values, v, sizeof(v));
+    }
+    return nrec;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Writes the snapshot as profile.proto to fd; false on failure. */
+static bool write_pprof(int fd, struct dump_entry *e, size_t n, uint64_t rate, enum dump_kind kind,
+                        bool residency, bool gzip)
+{
+    sort_entries(e, n, entry_cmp);
+    enum { MAX_MAPPINGS = 512, MAP_TEXT = 128 << 10 };
+    size_t rec_bytes = sa_align_up(n * sizeof(struct pprof_record) + 1, os_page_size());
+    size_t map_bytes = sa_align_up(MAX_MAPPINGS * sizeof(struct pprof_mapping) + MAP_TEXT,
+                                   os_page_size());
+    struct pprof_record *recs = os_map(rec_bytes, os_page_size());
+    struct pprof_mapping *maps = os_map(map_bytes, os_page_size());
+    bool ok = recs && maps;
+    if (ok) {
+        size_t nmaps = pprof_read_mappings(maps, MAX_MAPPINGS, (char *)(maps + MAX_MAPPINGS),
+                                           MAP_TEXT);
+        const char *comments[2];
+        size_t ncomments = 0;
+        if (kind == DUMP_FRAGMENTATION)
+            comments[ncomments++] = "salloc: fragmentation profile: inuse_space is the free span space each stack keeps alive";
+        if (kind == DUMP_PEAK)
+            comments[ncomments++] = "salloc: peak profile: the live samples at the last heap peak";
+        if (kind == DUMP_LIVE && !residency)
+            comments[ncomments++] = "salloc: residency unavailable (/proc/self/pagemap cannot be read)";
+        if (kind == DUMP_FRAGMENTATION)
+            for (size_t i = 0; i < n; i++)
+                e[i].resident = e[i].swapped = 0;
+        size_t nrec = pprof_records(e, n, recs);
+        if (kind == DUMP_FRAGMENTATION)
+            for (size_t i = 0; i < nrec; i++) {
+                recs[i].values[3] = recs[i].values[6]; /* inuse_space = fragmentation */
+                recs[i].values[0] = recs[i].values[1] = 0;
+            }
+        struct pprof_profile p = {
+            .types = pprof_types, .ntypes = sizeof(pprof_types) / sizeof(pprof_types[0]),
+            .default_type = "inuse_space", .records = recs, .nrecords = nrec,
+            .mappings = maps, .nmappings = nmaps, .period = rate,
+            .time_nanos = (int64_t)os_wall_ns(), .comments = comments, .ncomments = ncomments};
+        ok = pprof_write(fd, &p, gzip) == 0;
+    }
+    if (recs)
+        os_unmap(recs, rec_bytes);
+    if (maps)
+        os_unmap(maps, map_bytes);
+    return ok;
 }
 
 /* The samples a dump of `kind` shows, in a buffer from os_map (*bytes long). */
@@ -341,8 +437,12 @@ int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
     o->failed = o->fd < 0;
     o->len = 0;
     if (!o->failed) {
-        write_profile(o, e, n, rate, kind, residency);
-        out_flush(o);
+        if (ends_with(path, ".pb") || ends_with(path, ".pb.gz")) {
+            o->failed = !write_pprof(o->fd, e, n, rate, kind, residency, ends_with(path, ".gz"));
+        } else {
+            write_profile(o, e, n, rate, kind, residency);
+            out_flush(o);
+        }
         if (close(o->fd) != 0)
             o->failed = true;
         if (o->failed || rename(tmp, path) != 0) {

@@ -54,4 +54,7 @@ size_t os_page_size(void);
 /* Monotonic time in nanoseconds; cheap (vDSO), coarse (a few ms). */
 uint64_t os_now_ns(void);
 
+/* Wall-clock time in nanoseconds since the Unix epoch (dump time stamps). */
+uint64_t os_wall_ns(void);
+
 #endif

@@ -41,6 +41,7 @@ bool opt_prof_active = true;
 bool opt_prof_thread_active_init = true;
 size_t opt_lg_prof_sample = 19;
 char opt_prof_prefix[PROF_PREFIX_MAX] = "salloc";
+char opt_prof_format[PROF_FORMAT_MAX] = "heap";
 bool opt_prof_final = false;
 bool opt_prof_accum = false;
 ssize_t opt_lg_prof_interval = -1;
@@ -423,17 +424,18 @@ size_t prof_live_upper_bound(void)
     return n;
 }
 
-/* Builds <prefix>.<pid>.<seq>.<kind><kseq>.heap (kind 'f': no kseq) into
- * `path`; false if the prefix is empty or the name too long.  Under
- * dump_lock. */
+/* Builds <prefix>.<pid>.<seq>.<kind><kseq>.<format> (kind 'f' and 'p': no
+ * kseq; format heap, pb or pb.gz from opt.prof_format) into `path`; false
+ * if the prefix is empty or the name too long.  Under dump_lock. */
 static bool auto_name(char *path, size_t size, char kind, uint64_t *kseq)
 {
     if (!prefix[0])
         return false;
-    size_t n = kseq ? sa_format(path, size, "%s.%d.%llu.%c%llu.heap", prefix, (int)getpid(),
-                                (unsigned long long)seq, kind, (unsigned long long)*kseq)
-                    : sa_format(path, size, "%s.%d.%llu.%c.heap", prefix, (int)getpid(),
-                                (unsigned long long)seq, kind);
+    size_t n = kseq ? sa_format(path, size, "%s.%d.%llu.%c%llu.%s", prefix, (int)getpid(),
+                                (unsigned long long)seq, kind, (unsigned long long)*kseq,
+                                opt_prof_format)
+                    : sa_format(path, size, "%s.%d.%llu.%c.%s", prefix, (int)getpid(),
+                                (unsigned long long)seq, kind, opt_prof_format);
     if (n + 1 >= size)
         return false;
     seq++;

@@ -45,16 +45,22 @@ bool residency_query(struct residency_reader *r, uintptr_t addr, size_t len, siz
     *present = *swapped = 0;
     if (r->fd < 0)
         return false;
+    if (len == 0)
+        return true;
     size_t os_page = os_page_size();
-    uintptr_t first = addr / os_page, last = (addr + len - 1) / os_page;
+    uintptr_t end = addr + len, first = addr / os_page, last = (end - 1) / os_page;
     for (uintptr_t page = first; page <= last; page++) {
-        if (!fill(r, page))
+        if (!fill(r, page)) {
+            *present = *swapped = 0;
             return false;
+        }
         uint64_t e = r->win[page - r->win_first];
-        *present += (e & PM_PRESENT) != 0;
-        *swapped += (e & PM_SWAP) != 0;
+        uintptr_t lo = page * os_page > addr ? page * os_page : addr;
+        uintptr_t hi = (page + 1) * os_page < end ? (page + 1) * os_page : end;
+        if (e & PM_PRESENT)
+            *present += hi - lo;
+        else if (e & PM_SWAP)
+            *swapped += hi - lo;
     }
-    *present *= os_page;
-    *swapped *= os_page;
     return true;
 }

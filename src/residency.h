@@ -33,8 +33,10 @@ struct residency_reader {
 bool residency_open(struct residency_reader *r);
 void residency_close(struct residency_reader *r);
 
-/* Counts the OS pages of [addr, addr + len) present in RAM and in swap.
- * False on a read error (counts then 0). */
+/* The bytes of [addr, addr + len) that lie on OS pages present in RAM, and
+ * on pages in swap: an object's own bytes, not its whole pages (a 32-byte
+ * sample alone on a 4 KiB page has 32 resident bytes).  False on a read
+ * error (both then 0). */
 bool residency_query(struct residency_reader *r, uintptr_t addr, size_t len, size_t *present,
                      size_t *swapped);
 

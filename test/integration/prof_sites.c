@@ -7,15 +7,19 @@
  * then writes a heap profile with mallctl("prof.dump") to argv[1] and prints
  * the true live bytes per site (usable sizes) as "truth <site> <bytes>".
  *
- * Built as an ordinary (PIE) executable; mallctl is a weak reference so the
- * program also runs without salloc (it then reports that and exits 2).
+ * Built PIE and non-PIE; mallctl is looked up with dlsym, so the program
+ * also runs without salloc (it then reports that and exits 2).
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int mallctl(const char *, void *, size_t *, void *, size_t) __attribute__((weak));
+/* Found at run time: a weak reference would be bound to NULL at link time
+ * in a non-PIE build, where the preloaded library could not supply it. */
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
 
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
 
@@ -27,6 +31,7 @@ __attribute__((noinline)) void *site_large(void) { void *p = do_malloc(1 << 20);
 
 int main(int argc, char **argv)
 {
+    mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
     if (argc < 2 || !mallctl) {
         fprintf(stderr, "usage: LD_PRELOAD=libsalloc.so prof_sites DUMP\n");
         return 2;

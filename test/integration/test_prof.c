@@ -203,6 +203,69 @@ static void test_prof_jeprof_reads_dump(void **state)
     }
 }
 
+/* go tool pprof's -top line: "flat flat% sum% cum cum% name", flat in
+ * bytes with -unit=bytes. */
+static double pprof_flat(const char *text, const char *fn)
+{
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        double flat;
+        char unit[8] = "", name[256];
+        if (sscanf(line, " %lf%7[a-zA-Z] %*f%% %*f%% %*f%*s %*f%% %255s", &flat, unit, name) == 3 &&
+            !strcmp(name, fn))
+            return flat;
+    }
+    return -1;
+}
+
+/* A profile.proto dump (.pb.gz) of prof_sites, PIE and not: go tool pprof
+ * names the sites and reports them within 5 sd, as jeprof does. */
+static void test_prof_go_pprof_reads_pb(void **state)
+{
+    (void)state;
+    if (!have_program("go")) {
+        fprintf(stderr, "SKIP: go not found (Debian package golang-go)\n");
+        skip();
+    }
+    const char *bins[] = {"prof_sites", "prof_sites_nopie"};
+    for (int b = 0; b < 2; b++) {
+        const char *sites = bin_path(bins[b]);
+        char dump[4200];
+        snprintf(dump, sizeof(dump), "%s/%s.pb.gz", tmpdir, bins[b]);
+        static struct run r, g;
+        run(&r, true, "lg_prof_sample:14", 60, (char *const[]){(char *)sites, dump, NULL});
+        if (r.status)
+            fail_msg("%s exited %d: %s", bins[b], r.status, r.err);
+        char *home = getenv("HOME");
+        setenv("HOME", tmpdir, 1); /* pprof writes under $HOME/pprof */
+        char go[] = "/usr/bin/go";
+        run(&g, false, NULL, 120,
+            (char *const[]){have_program("/usr/bin/go") ? go : (char *)"go", (char *)"tool", (char *)"pprof",
+                            (char *)"-top", (char *)"-unit=bytes", (char *)"-sample_index=inuse_space",
+                            (char *)sites, dump, NULL});
+        if (home)
+            setenv("HOME", home, 1);
+        if (g.status)
+            fail_msg("go tool pprof exited %d: %s", g.status, g.err);
+        struct { const char *fn; double n, z; } site[] = {
+            {"site_small", 200000, 16}, {"site_medium", 2000, 3072}, {"site_large", 16, 1 << 20}};
+        for (int i = 0; i < 3; i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "truth %s ", site[i].fn);
+            const char *t = strstr(r.out, key);
+            assert_non_null(t);
+            double truth = strtod(t + strlen(key), NULL), x = site[i].z / 16384.0;
+            double sd = sqrt(site[i].n * site[i].z * site[i].z * exp(-x) / -expm1(-x));
+            double got = pprof_flat(g.out, site[i].fn);
+            fprintf(stderr, "# pprof %-16s %-11s truth %9.0f reported %9.0f (sd %7.0f)\n", bins[b],
+                    site[i].fn, truth, got, sd);
+            if (got < 0)
+                fail_msg("go tool pprof does not name %s:\n%s", site[i].fn, g.out);
+            if (fabs(got - truth) > 5 * sd + 0.001 * truth + 1)
+                fail_msg("%s: pprof says %.0f, truth %.0f, 5 sd = %.0f", site[i].fn, got, truth, 5 * sd);
+        }
+    }
+}
+
 static void test_prof_reentrancy_every_allocation_sampled(void **state)
 {
     (void)state;
@@ -369,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_prof_malformed_conf_warns_and_runs_on),
         cmocka_unit_test(test_prof_automatic_dumps),
         cmocka_unit_test(test_prof_jeprof_reads_dump),
+        cmocka_unit_test(test_prof_go_pprof_reads_pb),
         cmocka_unit_test(test_prof_reentrancy_every_allocation_sampled),
     };
     return cmocka_run_group_tests_name("prof", tests, setup, teardown);

@@ -140,6 +140,29 @@ static void test_profiles_residency_half_touched_then_dropped(void **state)
         free(objs[i]);
 }
 
+/* Residency counts an object's own bytes, not its whole page: touched
+ * 32-byte objects are exactly as resident as they are live. */
+static void test_profiles_residency_of_small_objects(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static void *objs[N];
+    prof_reset(10);
+    for (int i = 0; i < N; i++) {
+        objs[i] = site_frag();
+        memset(objs[i], 7, 64);
+    }
+    struct site_totals t;
+    assert_int_equal(prof_dump(path), 0);
+    read_site(path, __start_sec_frag, __stop_sec_frag, &t);
+    fprintf(stderr, "# small objects: bytes %.0f resident %.0f\n", t.bytes, t.resident);
+    assert_true(t.bytes > 0);
+    assert_true(fabs(t.resident - t.bytes) <= 0.01 * t.bytes);
+    for (int i = 0; i < N; i++)
+        free(objs[i]);
+    prof_reset(19);
+}
+
 static void test_profiles_fragmentation_fifteen_of_sixteen_freed(void **state)
 {
     (void)state;
@@ -202,6 +225,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profiles_residency_half_touched_then_dropped),
+        cmocka_unit_test(test_profiles_residency_of_small_objects),
         cmocka_unit_test(test_profiles_fragmentation_fifteen_of_sixteen_freed),
         cmocka_unit_test(test_profiles_peak_shows_the_big_structure),
     };
