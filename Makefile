@@ -1,6 +1,7 @@
 # salloc: one non-recursive Makefile, no configure step.
 #
-#   make                 lib/libsalloc.so (+ soname links) and lib/libsalloc.a
+#   make run             the demo under the profiler: salloc run, salloc top, a flame graph
+#   make                 lib/libsalloc.so (+ soname links), lib/libsalloc.a, build/bin/salloc
 #   make test            every test (unit, stress, integration); ends with cmocka's summary
 #   make test-tsan       the stress tests built with -fsanitize=thread
 #   make bench           bench/bin/bench_core (google benchmark)
@@ -38,7 +39,7 @@ TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 SONAME := libsalloc.so.$(SOMAJOR)
 SHLIB  := lib/libsalloc.so.$(VERSION)
 
-all: $(SHLIB) lib/libsalloc.so lib/libsalloc.a
+all: $(SHLIB) lib/libsalloc.so lib/libsalloc.a build/bin/salloc
 
 # Every salloc function goes into one section, salloc_text, whose bounds the
 # linker exports (__start_/__stop_salloc_text): the profiler cuts salloc's
@@ -136,11 +137,12 @@ test/bin/test_tsan_stress: test/stress/test_stress.c $(TSAN_OBJS) | test/bin
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
             SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h \
             SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md TEST_BIN_DIR=$(CURDIR)/test/bin \
-            FIXTURES_DIR=$(CURDIR)/../shared/fixtures CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
+            FIXTURES_DIR=$(CURDIR)/../shared/fixtures \
+            SALLOC_CMD=$(CURDIR)/build/bin/salloc SALLOC_DEMO=$(CURDIR)/build/bin/salloc-demo CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
-test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
+test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
 	@sh test/check_exports.sh lib/libsalloc.so
 	@fail=0; \
 	for t in $(UNIT_TESTS); do \
@@ -160,6 +162,27 @@ test: all build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS
 test-tsan: test/bin/test_tsan_stress
 	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0" \
 	    test/bin/test_tsan_stress
+
+# ---- the salloc command and its demo (tools/) ----
+# An ordinary program (stdio, malloc, addr2line), never preloaded; it finds
+# the library beside itself (../lib or ../../lib), else in $(LIBDIR).
+TOOL_SRCS := $(filter-out tools/demo.c,$(wildcard tools/*.c))
+
+build/bin/salloc: $(TOOL_SRCS) tools/cli.h | build/bin
+	$(CC) -std=gnu11 -O2 -g $(WARN) -DSALLOC_LIBDIR='"$(LIBDIR)"' $(CFLAGS) -o $@ $(TOOL_SRCS) $(LDFLAGS) -lm
+
+build/bin/salloc-demo: tools/demo.c | build/bin
+	$(CC) -std=gnu11 -O2 -g $(WARN) -pthread $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+tools: build/bin/salloc build/bin/salloc-demo
+
+# The demo under the profiler: the dump, its top sites, a flame graph.
+run: all tools
+	rm -f build/demo.*.heap
+	build/bin/salloc run -r 64k -o build/demo -- build/bin/salloc-demo
+	build/bin/salloc top build/demo.*.f.heap
+	build/bin/salloc flame build/demo.*.f.heap -o build/demo.svg
+	@echo "flame graph: build/demo.svg"
 
 # ---- benchmarks ----
 # C bodies; bench/bench_core.cc registers them with google benchmark.  No
@@ -185,7 +208,7 @@ bench-compare: all bench/bin/bench_core
 bench-callgrind: all bench/bin/callgrind_pair
 	bash bench/callgrind.sh
 
-.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-callgrind
+.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-callgrind tools run
 
 # ---- install ----
 install: all
@@ -196,6 +219,9 @@ install: all
 	install -m 644 lib/libsalloc.a $(DESTDIR)$(LIBDIR)/
 	install -m 644 include/salloc.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 man/salloc.3 $(DESTDIR)$(MANDIR)/man3/
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1
+	install -m 755 build/bin/salloc $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 man/salloc.1 $(DESTDIR)$(MANDIR)/man1/
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
 	    'Name: salloc' 'Description: general-purpose memory allocator' \
 	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lsalloc' 'Libs.private: -pthread' \
