@@ -112,7 +112,9 @@ static int entry_cmp(const struct dump_entry *a, const struct dump_entry *b)
         return (uintptr_t)a->stack < (uintptr_t)b->stack ? -1 : 1;
     if (a->usable != b->usable)
         return a->usable < b->usable ? -1 : 1;
-    return a->rate < b->rate ? -1 : a->rate > b->rate;
+    if (a->rate != b->rate)
+        return a->rate < b->rate ? -1 : 1;
+    return strcmp(a->thread, b->thread);
 }
 
 static int address_cmp(const struct dump_entry *a, const struct dump_entry *b)
@@ -335,7 +337,7 @@ static size_t pprof_records(const struct dump_entry *e, size_t n, struct pprof_r
             continue;
         struct pprof_record *r = &out[nrec++];
         *r = (struct pprof_record){.frames = g->stack->frames, .depth = g->stack->depth,
-                                   .usable = g->usable};
+                                   .usable = g->usable, .thread = g->thread};
         int64_t v[] = {rounded(u.ac), rounded(u.as), rounded(u.c), rounded(u.s),
                        rounded(u.resident), rounded(u.swapped), rounded(u.frag)};
         memcpy(r->values, v, sizeof(v));

@@ -16,7 +16,7 @@ struct span;
 struct tcache;
 
 /* One line of a snapshot: `live` live samples, or `accum` samples ever
- * taken, of one (stack, usable size, rate).  For one live sample also where
+ * taken, of one (stack, usable size, rate, thread name).  For one live sample also where
  * it lives (ptr, map_len) and its proxy, from which dump.c measures its
  * resident and swapped bytes and the free space it keeps alive (raw, for
  * this one sample; unbiased when summed). */
@@ -29,6 +29,7 @@ struct dump_entry {
     const void *ptr, *proxy;
     size_t map_len;
     double resident, swapped, frag;
+    char thread[32]; /* thread.prof.name of the allocating thread, "" if unset */
 };
 
 /* What a dump shows (prof.dump, prof.dump_fragmentation, prof.dump_peak). */

@@ -80,6 +80,7 @@ struct sample {
     void *proxy;        /* small: an object of its class, held for its life */
     int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate */
     uint32_t epoch;
+    char thread[32];    /* thread.prof.name when it was taken (pprof label) */
 };
 
 #define SAMPLE_SHARDS 16
@@ -369,6 +370,8 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     *s = (struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
                          .stack = st, .proxy = proxy, .weight = (int64_t)(usable / p + 0.5),
                          .epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED)};
+    memcpy(s->thread, tc->prof.name, sizeof(s->thread) - 1);
+    s->thread[sizeof(s->thread) - 1] = '\0';
     sample_insert(sh, s);
     if (opt_prof_accum)
         stack_accum_add(st, usable, rate);
@@ -407,10 +410,12 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap)
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
         sa_lock(&shards[i].lock);
         for (struct sample *s = shards[i].live; s && n < cap; s = s->next)
-            if (s->epoch == now)
-                out[n++] = (struct dump_entry){.stack = s->stack, .usable = s->usable,
-                                               .rate = s->rate, .live = 1, .ptr = s->ptr,
-                                               .proxy = s->proxy, .map_len = s->map_len};
+            if (s->epoch == now) {
+                out[n] = (struct dump_entry){.stack = s->stack, .usable = s->usable,
+                                             .rate = s->rate, .live = 1, .ptr = s->ptr,
+                                             .proxy = s->proxy, .map_len = s->map_len};
+                memcpy(out[n++].thread, s->thread, sizeof(s->thread));
+            }
         sa_unlock(&shards[i].lock);
     }
     return n;

@@ -266,6 +266,55 @@ static void test_prof_go_pprof_reads_pb(void **state)
     }
 }
 
+static void set_lg(size_t lg)
+{
+    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), 0);
+}
+
+static void *named_thread(void *arg)
+{
+    const char *name = "worker-7";
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
+    for (int i = 0; i < 200; i++)
+        ((void **)arg)[i] = malloc(1000);
+    return NULL;
+}
+
+/* The pprof label "thread" carries thread.prof.name of the allocating thread. */
+static void test_prof_pprof_thread_label(void **state)
+{
+    (void)state;
+    if (!have_program("go")) {
+        fprintf(stderr, "SKIP: go not found (Debian package golang-go)\n");
+        skip();
+    }
+    static void *objs[200];
+    set_lg(8);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, named_thread, objs), 0);
+    pthread_join(t, NULL);
+    char dump[4200];
+    snprintf(dump, sizeof(dump), "%s/threads.pb", tmpdir);
+    const char *p = dump;
+    assert_int_equal(mallctl("prof.dump", NULL, NULL, &p, sizeof(p)), 0);
+    set_lg(19);
+    for (int i = 0; i < 200; i++)
+        free(objs[i]);
+    static struct run g;
+    char *home = getenv("HOME");
+    setenv("HOME", tmpdir, 1);
+    run(&g, false, NULL, 120,
+        (char *const[]){(char *)"/usr/bin/go", (char *)"tool", (char *)"pprof", (char *)"-tags",
+                        (char *)"-symbolize=none", dump, NULL});
+    if (home)
+        setenv("HOME", home, 1);
+    if (g.status)
+        fail_msg("go tool pprof exited %d: %s", g.status, g.err);
+    /* -tags summarises every label: "thread: Total ...", then the values. */
+    if (!strstr(g.out, "worker-7") || !strstr(g.out, "1kB"))
+        fail_msg("labels missing from pprof -tags:\n%.3000s", g.out);
+}
+
 static void test_prof_reentrancy_every_allocation_sampled(void **state)
 {
     (void)state;
@@ -335,10 +384,6 @@ static void test_prof_automatic_dumps(void **state)
 
 /* ---- in this process (salloc preloaded) ---- */
 
-static void set_lg(size_t lg)
-{
-    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), 0);
-}
 
 static size_t sample_count(void)
 {
@@ -433,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_prof_automatic_dumps),
         cmocka_unit_test(test_prof_jeprof_reads_dump),
         cmocka_unit_test(test_prof_go_pprof_reads_pb),
+        cmocka_unit_test(test_prof_pprof_thread_label),
         cmocka_unit_test(test_prof_reentrancy_every_allocation_sampled),
     };
     return cmocka_run_group_tests_name("prof", tests, setup, teardown);
