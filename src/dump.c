@@ -37,50 +37,7 @@
 
 #define OUT_BUF 65536
 
-struct out {
-    int fd;
-    bool failed;
-    size_t len;
-    char buf[OUT_BUF];
-};
-
-static struct out out_static; /* under the dump lock */
-
-static void out_flush(struct out *o)
-{
-    for (size_t done = 0; done < o->len && !o->failed;) {
-        ssize_t w = write(o->fd, o->buf + done, o->len - done);
-        if (w <= 0)
-            o->failed = true;
-        else
-            done += (size_t)w;
-    }
-    o->len = 0;
-}
-
-static void out_bytes(struct out *o, const char *s, size_t n)
-{
-    while (n) {
-        if (o->len == OUT_BUF)
-            out_flush(o);
-        size_t k = OUT_BUF - o->len < n ? OUT_BUF - o->len : n;
-        memcpy(o->buf + o->len, s, k);
-        o->len += k;
-        s += k;
-        n -= k;
-    }
-}
-
-static void out_fmt(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_fmt(struct out *o, const char *fmt, ...)
-{
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = sa_vformat(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    out_bytes(o, line, n);
-}
+static char out_buf[OUT_BUF]; /* under the dump lock */
 
 /* ---- the numbers ---- */
 
@@ -233,7 +190,7 @@ static void add_unbiased(struct sums *t, const struct dump_entry *g, uint64_t li
  * DUMP_LIVE record is followed by a comment line (readers skip it) with the
  * group's unbiased resident, swapped and fragmentation bytes; a
  * DUMP_FRAGMENTATION record carries the fragmentation bytes as its bytes. */
-static void write_records(struct out *o, const struct dump_entry *e, size_t n, uint64_t rate,
+static void write_records(struct outbuf *o, const struct dump_entry *e, size_t n, uint64_t rate,
                           enum dump_kind kind, bool residency)
 {
     for (size_t i = 0; i < n;) {
@@ -258,35 +215,35 @@ static void write_records(struct out *o, const struct dump_entry *e, size_t n, u
         }
         if (!n1 && !n2)
             continue;
-        out_bytes(o, "@", 1);
+        outbuf_bytes(o, "@", 1);
         for (uint32_t k = 0; k < g->stack->depth; k++)
-            out_fmt(o, " %p", g->stack->frames[k]);
-        out_fmt(o, "\n  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+            outbuf_fmt(o, " %p", g->stack->frames[k]);
+        outbuf_fmt(o, "\n  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
         if (kind == DUMP_LIVE && live && residency)
-            out_fmt(o, "# salloc: resident %llu swapped %llu fragmentation %llu\n",
+            outbuf_fmt(o, "# salloc: resident %llu swapped %llu fragmentation %llu\n",
                     to_count(u.resident), to_count(u.swapped), to_count(u.frag));
     }
 }
 
-static void write_maps(struct out *o)
+static void write_maps(struct outbuf *o)
 {
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
-    out_bytes(o, "\nMAPPED_LIBRARIES:\n", 19);
+    outbuf_bytes(o, "\nMAPPED_LIBRARIES:\n", 19);
     char chunk[4096];
     ssize_t r;
     while ((r = read(fd, chunk, sizeof(chunk))) > 0)
-        out_bytes(o, chunk, (size_t)r);
+        outbuf_bytes(o, chunk, (size_t)r);
     close(fd);
 }
 
 /* The body: header, totals, records, maps; into `o`. */
-static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_t rate,
+static void write_profile(struct outbuf *o, struct dump_entry *e, size_t n, uint64_t rate,
                           enum dump_kind kind, bool residency)
 {
     sort_entries(e, n, entry_cmp);
-    out_fmt(o, "heap_v2/%llu\n", (unsigned long long)rate);
+    outbuf_fmt(o, "heap_v2/%llu\n", (unsigned long long)rate);
     /* The totals line (for humans; readers skip it) comes before the
      * records, so the sums take a first pass over the snapshot. */
     struct sums t = {0, 0, 0, 0, 0, 0, 0};
@@ -299,13 +256,13 @@ static void write_profile(struct out *o, struct dump_entry *e, size_t n, uint64_
         transform(t.c, t.s, (double)rate, &n1, &s1);
         transform(t.ac, t.as, (double)rate, &n2, &s2);
     }
-    out_fmt(o, "  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
+    outbuf_fmt(o, "  t*: %llu: %llu [%llu: %llu]\n", n1, s1, n2, s2);
     if (kind == DUMP_FRAGMENTATION)
-        out_fmt(o, "# salloc: fragmentation profile: bytes are the free span space each stack keeps alive\n");
+        outbuf_fmt(o, "# salloc: fragmentation profile: bytes are the free span space each stack keeps alive\n");
     if (kind == DUMP_PEAK)
-        out_fmt(o, "# salloc: peak profile: the live samples at the last heap peak\n");
+        outbuf_fmt(o, "# salloc: peak profile: the live samples at the last heap peak\n");
     if (kind != DUMP_PEAK && !residency)
-        out_fmt(o, "# salloc: residency unavailable (/proc/self/pagemap cannot be read)\n");
+        outbuf_fmt(o, "# salloc: residency unavailable (/proc/self/pagemap cannot be read)\n");
     write_records(o, e, n, rate, kind, residency);
     write_maps(o);
 }
@@ -434,24 +391,24 @@ int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
     struct residency_reader reader;
     bool residency = kind != DUMP_PEAK && measure(e, n, &reader);
 
-    struct out *o = &out_static;
-    o->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    o->failed = o->fd < 0;
-    o->len = 0;
-    if (!o->failed) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool failed = fd < 0;
+    if (!failed) {
         if (ends_with(path, ".pb") || ends_with(path, ".pb.gz")) {
-            o->failed = !write_pprof(o->fd, e, n, rate, kind, residency, ends_with(path, ".gz"));
+            failed = !write_pprof(fd, e, n, rate, kind, residency, ends_with(path, ".gz"));
         } else {
-            write_profile(o, e, n, rate, kind, residency);
-            out_flush(o);
+            struct outbuf o;
+            outbuf_init(&o, out_buf, sizeof(out_buf), outbuf_fd_sink, &fd);
+            write_profile(&o, e, n, rate, kind, residency);
+            failed = !outbuf_flush(&o);
         }
-        if (close(o->fd) != 0)
-            o->failed = true;
-        if (o->failed || rename(tmp, path) != 0) {
+        if (close(fd) != 0)
+            failed = true;
+        if (failed || rename(tmp, path) != 0) {
             unlink(tmp);
-            o->failed = true;
+            failed = true;
         }
     }
     os_unmap(e, bytes);
-    return o->failed ? -1 : 0;
+    return failed ? -1 : 0;
 }

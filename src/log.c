@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 struct out {
@@ -111,6 +112,58 @@ size_t sa_format(char *buf, size_t size, const char *fmt, ...)
     size_t n = sa_vformat(buf, size, fmt, ap);
     va_end(ap);
     return n;
+}
+
+void outbuf_init(struct outbuf *o, char *buf, size_t cap,
+                 bool (*sink)(void *ctx, const char *data, size_t len), void *ctx)
+{
+    *o = (struct outbuf){.buf = buf, .cap = cap, .sink = sink, .ctx = ctx};
+}
+
+bool outbuf_flush(struct outbuf *o)
+{
+    if (o->len && !o->failed) {
+        o->buf[o->len] = '\0';
+        o->failed = !o->sink(o->ctx, o->buf, o->len);
+    }
+    o->len = 0;
+    return !o->failed;
+}
+
+void outbuf_bytes(struct outbuf *o, const char *s, size_t n)
+{
+    while (n) {
+        size_t room = o->cap - 1 - o->len, take = n < room ? n : room;
+        memcpy(o->buf + o->len, s, take);
+        o->len += take, s += take, n -= take;
+        if (o->len == o->cap - 1)
+            outbuf_flush(o);
+    }
+}
+
+void outbuf_str(struct outbuf *o, const char *s) { outbuf_bytes(o, s, strlen(s)); }
+
+void outbuf_fmt(struct outbuf *o, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = sa_vformat(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    outbuf_bytes(o, line, n);
+}
+
+bool outbuf_fd_sink(void *ctx, const char *data, size_t len)
+{
+    int fd = *(int *)ctx;
+    while (len) {
+        ssize_t w = write(fd, data, len);
+        if (w <= 0)
+            return false;
+        data += w;
+        len -= (size_t)w;
+    }
+    return true;
 }
 
 static void write_all(const char *s, size_t n)

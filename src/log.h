@@ -10,6 +10,7 @@
 #define SA_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "util.h"
@@ -26,6 +27,28 @@ void sa_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* sa_message, then abort(): for heap corruption and misuse that salloc
  * must not survive (an invalid free, a broken invariant). */
 SA_NORETURN void sa_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A buffered writer that never allocates: bytes and formatted text collect
+ * in the caller's buffer and go to `sink` in chunks (NUL-terminated, for
+ * sinks that want C strings).  Used by dumps (to a file) and by
+ * malloc_stats_print (to its callback). */
+struct outbuf {
+    char *buf;
+    size_t cap, len; /* cap counts the NUL's byte */
+    bool failed;     /* a sink call failed: the rest is dropped */
+    bool (*sink)(void *ctx, const char *data, size_t len);
+    void *ctx;
+};
+
+void outbuf_init(struct outbuf *o, char *buf, size_t cap,
+                 bool (*sink)(void *ctx, const char *data, size_t len), void *ctx);
+void outbuf_bytes(struct outbuf *o, const char *s, size_t n);
+void outbuf_str(struct outbuf *o, const char *s);
+void outbuf_fmt(struct outbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends what is buffered; false if any sink call failed. */
+bool outbuf_flush(struct outbuf *o);
+/* A sink writing everything to the file descriptor *(int *)ctx. */
+bool outbuf_fd_sink(void *ctx, const char *data, size_t len);
 
 /* Checked only when it is cheap or in SA_DEBUG builds; names the file/line. */
 #define SA_ASSERT(cond)                                                        \

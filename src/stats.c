@@ -29,52 +29,27 @@ struct emitter {
     void *opaque;
     int depth;            /* JSON nesting, for indentation */
     bool first;           /* JSON: no comma before the next member */
-    size_t len;
+    struct outbuf out;    /* chunks to write_cb, or to fd 2 */
     char buf[4096];
 };
 
-static void flush(struct emitter *e)
+/* outbuf sink: the caller's write_cb (it wants NUL-terminated chunks, which
+ * outbuf provides), else standard error. */
+static bool to_callback(void *ctx, const char *data, size_t len)
 {
-    if (!e->len)
-        return;
-    e->buf[e->len] = '\0';
-    if (e->write_cb) {
-        e->write_cb(e->opaque, e->buf);
-    } else {
-        for (const char *p = e->buf; e->len;) {
-            ssize_t w = write(2, p, e->len);
-            if (w <= 0)
-                break;
-            p += w;
-            e->len -= (size_t)w;
-        }
+    struct emitter *e = ctx;
+    if (!e->write_cb) {
+        int fd = 2;
+        return outbuf_fd_sink(&fd, data, len);
     }
-    e->len = 0;
+    e->write_cb(e->opaque, data);
+    return true;
 }
 
-static void out(struct emitter *e, const char *s, size_t n)
-{
-    while (n) {
-        size_t room = sizeof(e->buf) - 1 - e->len, take = n < room ? n : room;
-        memcpy(e->buf + e->len, s, take);
-        e->len += take, s += take, n -= take;
-        if (e->len == sizeof(e->buf) - 1)
-            flush(e);
-    }
-}
-
-static void outs(struct emitter *e, const char *s) { out(e, s, strlen(s)); }
-
-static void outf(struct emitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void outf(struct emitter *e, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = sa_vformat(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    out(e, tmp, n);
-}
+static void out(struct emitter *e, const char *s, size_t n) { outbuf_bytes(&e->out, s, n); }
+static void outs(struct emitter *e, const char *s) { outbuf_str(&e->out, s); }
+#define outf(e, ...) outbuf_fmt(&(e)->out, __VA_ARGS__)
+static void flush(struct emitter *e) { outbuf_flush(&e->out); }
 
 static void indent(struct emitter *e)
 {
@@ -356,6 +331,7 @@ SA_EXPORT void malloc_stats_print(void (*write_cb)(void *, const char *), void *
 {
     int saved = errno;
     struct emitter e = {.write_cb = write_cb, .opaque = cbopaque, .first = true};
+    outbuf_init(&e.out, e.buf, sizeof(e.buf), to_callback, &e);
     bool show_general = true, show_arena = true, show_bins = true;
     for (const char *o = opts; o && *o; o++) {
         switch (*o) {
