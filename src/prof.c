@@ -321,7 +321,7 @@ static void sample_insert(struct sample_shard *sh, struct sample *s)
     if (sh->live)
         sh->live->prev = s;
     sh->live = s;
-    sh->count++;
+    __atomic_fetch_add(&sh->count, 1, __ATOMIC_RELAXED); /* read without the lock */
     sa_unlock(&sh->lock);
 }
 
@@ -335,7 +335,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
             sh->live = s->next;
         if (s->next)
             s->next->prev = s->prev;
-        sh->count--;
+        __atomic_fetch_sub(&sh->count, 1, __ATOMIC_RELAXED);
     }
     s->next = sh->spare;
     sh->spare = s;
