@@ -92,7 +92,7 @@ STRESS_TESTS := $(patsubst test/stress/%.c,test/bin/%,$(wildcard test/stress/tes
 INTEG_TESTS := $(patsubst test/integration/%.c,test/bin/%,$(wildcard test/integration/test_*.c))
 
 # Unit tests link the test archive: salloc is their malloc, internals included.
-$(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h build/libsalloc_test.a | test/bin
+$(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h test/unit/sites.h build/libsalloc_test.a | test/bin
 	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka -lm
 
 # Stress and integration tests use only the public API; they run with salloc

@@ -27,27 +27,17 @@
 
 #include "dump.h"
 #include "prof.h"
+#include "sites.h"
 #include "unit.h"
 
 #define ROUNDS 40
 #define LG 16 /* R = 64 KiB: enough samples per round for a quick test */
 
-#define SITE(name) __attribute__((noinline, section("sec_" #name))) static
-#define SECTION_BOUNDS(name) extern char __start_sec_##name[], __stop_sec_##name[];
 SECTION_BOUNDS(small)
 SECTION_BOUNDS(huge)
 SECTION_BOUNDS(mixed)
 SECTION_BOUNDS(exact)
 
-/* Each site is one malloc call; the empty asm after it keeps the call from
- * becoming a tail jump, which would take the site's frame off the stack. */
-static void *(*volatile do_malloc)(size_t) = malloc;
-#define CALL_MALLOC(n)                                                         \
-    do {                                                                       \
-        void *p_ = do_malloc(n);                                               \
-        __asm__ volatile("" : : "r"(p_) : "memory");                           \
-        return p_;                                                             \
-    } while (0)
 
 SITE(small) void *site_small(void) { CALL_MALLOC(16); }
 SITE(huge) void *site_huge(void) { CALL_MALLOC((size_t)8 << 20); }
@@ -59,10 +49,10 @@ static const char *site_names[NSITES] = {"small", "huge", "mixed", "exact"};
 
 static int site_of(uintptr_t a)
 {
-    if (a >= (uintptr_t)__start_sec_small && a < (uintptr_t)__stop_sec_small) return S_SMALL;
-    if (a >= (uintptr_t)__start_sec_huge && a < (uintptr_t)__stop_sec_huge) return S_HUGE;
-    if (a >= (uintptr_t)__start_sec_mixed && a < (uintptr_t)__stop_sec_mixed) return S_MIXED;
-    if (a >= (uintptr_t)__start_sec_exact && a < (uintptr_t)__stop_sec_exact) return S_EXACT;
+    if (IN_SECTION(small, a)) return S_SMALL;
+    if (IN_SECTION(huge, a)) return S_HUGE;
+    if (IN_SECTION(mixed, a)) return S_MIXED;
+    if (IN_SECTION(exact, a)) return S_EXACT;
     return -1;
 }
 

@@ -22,27 +22,18 @@
 #include "init.h"
 #include "prof.h"
 #include "residency.h"
+#include "sites.h"
 #include "unit.h"
 
-#define SITE(name) __attribute__((noinline, section("sec_" #name))) static
-extern char __start_sec_big[], __stop_sec_big[], __start_sec_frag[], __stop_sec_frag[];
-extern char __start_sec_peak_big[], __stop_sec_peak_big[];
-extern char __start_sec_peak_small[], __stop_sec_peak_small[];
-
-static void *(*volatile do_malloc)(size_t) = malloc;
-#define CALL_MALLOC(n)                                                         \
-    do {                                                                       \
-        void *p_ = do_malloc(n);                                               \
-        __asm__ volatile("" : : "r"(p_) : "memory");                           \
-        return p_;                                                             \
-    } while (0)
+SECTION_BOUNDS(big)
+SECTION_BOUNDS(frag)
+SECTION_BOUNDS(peak_big)
+SECTION_BOUNDS(peak_small)
 
 SITE(big) void *site_big(void) { CALL_MALLOC(1 << 20); }
 SITE(frag) void *site_frag(void) { CALL_MALLOC(64); }
 SITE(peak_big) void *site_peak_big(void) { CALL_MALLOC(8 << 20); }
 SITE(peak_small) void *site_peak_small(void) { CALL_MALLOC(64 << 10); }
-
-#define IN(sec, a) ((a) >= (uintptr_t)__start_sec_##sec && (a) < (uintptr_t)__stop_sec_##sec)
 
 struct site_totals {
     double bytes, resident, swapped, frag;
