@@ -237,11 +237,10 @@ SA_EXPORT void *calloc(size_t nmemb, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    void *p;
+    /* A cached object is never known to be zero; the slow path says. */
     bool zeroed = false;
-    if (bytes <= SA_MAX_SMALL && (p = tcache_alloc_fast(sizeclass_of(bytes))))
-        zeroed = false;
-    else
+    void *p = bytes <= SA_MAX_SMALL ? tcache_alloc_fast(sizeclass_of(bytes)) : NULL;
+    if (!p)
         p = alloc_slow(bytes, 1, &zeroed);
     if (p && !zeroed)
         memset(p, 0, bytes);
