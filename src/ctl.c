@@ -33,6 +33,7 @@
 #include "meta.h"
 #include "pageheap.h"
 #include "prof.h"
+#include "sampled_pages.h"
 #include "sizeclass.h"
 #include "tcache.h"
 #include "util.h"
@@ -99,7 +100,8 @@ struct ctl_row {
  *   allocated = small.allocated + large.allocated
  *   active    = small spans + large spans + sampled mappings (whole pages)
  *   metadata  = meta_mapped_bytes()
- *   resident  = active + free dirty pages + metadata (an upper bound)
+ *   resident  = active + free dirty pages + metadata + freed sampled
+ *               mappings kept unpurged (an upper bound)
  *   mapped    = active + metadata: the extents in use; free pages, dirty or
  *               not, are excluded, as jemalloc's inactive extents are
  *   retained  = free clean (purged) pages: still mapped, nothing resident
@@ -140,11 +142,11 @@ static void snap_take(void)
     if (s.allocated > s.active)
         s.allocated = s.active;
     s.metadata = meta_mapped_bytes();
-    s.resident = s.active + ph.free_dirty + s.metadata;
+    s.resident = s.active + ph.free_dirty + s.metadata + sampled_pages_dirty();
     s.mapped = s.active + s.metadata;
     s.retained = ph.free_clean;
     s.pactive = s.active >> SA_PAGE_SHIFT;
-    s.pdirty = ph.free_dirty >> SA_PAGE_SHIFT;
+    s.pdirty = (ph.free_dirty + sampled_pages_dirty()) >> SA_PAGE_SHIFT;
 
     sa_lock(&snap_lock);
     snap = s;
@@ -251,15 +253,11 @@ static int ctl_bin_slab_size(const struct ctl_ctx *cx, union ctl_val *old, const
     return 0;
 }
 
-/* arena.<i>.purge: what malloc_trim() does (malloc.c). */
+/* arena.<i>.purge: exactly what malloc_trim() does (malloc.c). */
 static int ctl_purge(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx, (void)old, (void)new;
-    struct tcache *tc = init_current_cache();
-    if (tc)
-        tcache_flush_all(tc);
-    central_release_empty();
-    pageheap_purge();
+    malloc_trim(0);
     return 0;
 }
 

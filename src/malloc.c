@@ -30,6 +30,7 @@
 #include "os.h"
 #include "dump.h"
 #include "pageheap.h"
+#include "sampled_pages.h"
 #include "sampler.h"
 
 /* ---- slow paths ---- */
@@ -343,5 +344,7 @@ SA_EXPORT int malloc_trim(size_t pad)
     if (tc)
         tcache_flush_all(tc);
     central_release_empty();
-    return pageheap_purge() > 0;
+    size_t purged = pageheap_purge();
+    purged += sampled_pages_purge();
+    return purged > 0;
 }

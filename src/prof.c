@@ -361,7 +361,7 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
         if (s)
             sample_release(sh, s, false);
         if (mem)
-            sampled_pages_put(mem, map_len, usable);
+            sampled_pages_put(mem, map_len);
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
         return NULL;
@@ -392,7 +392,7 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
     sample_release(shard_of(mem), s, true);
     pageheap_unregister_sampled(span);
-    sampled_pages_put(mem, map_len, usable);
+    sampled_pages_put(mem, map_len);
     return usable;
 }
 

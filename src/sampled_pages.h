@@ -2,20 +2,23 @@
  * sampled_pages.h: the memory sampled allocations live on.  Each sampled
  * allocation gets a mapping of its own (whole salloc pages, 8 KiB aligned so
  * that no pagemap page is shared, MADV_NOHUGEPAGE so residency is exact per
- * OS page).  Mapping and unmapping one per sample costs several system calls
- * (about 10 us here), so freed mappings of up to SAMPLED_CACHE_MAX_PAGES
- * pages are kept, purged with MADV_DONTNEED (their residency is then zero,
- * as a fresh mapping's, and what they held is gone), and handed out again.
- * The cache is bounded in entries per length and in bytes overall.
+ * OS page).
  *
- * One exception to the purge: a mapping of one salloc page whose sample was
- * at most one OS page long could only ever have touched that first OS page,
- * which the next small sample will use too; it is cached unpurged (no
- * system call, no page fault on reuse) and handed out as not known to be
- * zero.
+ * Mapping a fresh one per sample, and purging a freed one, costs system
+ * calls, TLB shootdowns and page faults (measured: 10 to 20 us a sample on
+ * the bench machine, 60% of the time of pair/65536 with sampling on).  So
+ * freed mappings of up to SAMPLED_CACHE_MAX_PAGES pages are kept as they
+ * are, still resident, and handed to the next sample of the same length,
+ * exactly as the ordinary heap reuses dirty pages: the next sample's
+ * residency then counts those pages, as it would for an ordinary
+ * allocation made on reused memory.  Kept mappings follow the heap's decay
+ * policy (dirty_decay_ms): purged with MADV_DONTNEED once they have been
+ * idle that long (0: at once; -1: only on sampled_pages_purge, which
+ * malloc_trim calls).  The cache is bounded in entries per length and in
+ * bytes overall; beyond that mappings are unmapped.
  *
  * One lock (LOCK_RANK_SAMPLED_PAGES), held only for list operations, never
- * across a system call.  Calls only os.c.
+ * across a system call.  Calls only os.c and the page heap's decay setting.
  */
 #ifndef SA_SAMPLED_PAGES_H
 #define SA_SAMPLED_PAGES_H
@@ -27,15 +30,19 @@
 
 /* `len` bytes (a multiple of the salloc page) of NOHUGEPAGE memory aligned
  * to `align` (a power of two); NULL with ENOMEM.  *zeroed says whether it
- * reads as zero. */
+ * reads as zero (a kept mapping that was not purged does not). */
 void *sampled_pages_get(size_t len, size_t align, bool *zeroed);
 
-/* Gives a mapping from sampled_pages_get back; `used` is how many bytes of
- * it the allocation could have touched (its usable size). */
-void sampled_pages_put(void *p, size_t len, size_t used);
+/* Gives a mapping from sampled_pages_get back. */
+void sampled_pages_put(void *p, size_t len);
 
-/* Bytes held in the cache (statistics). */
+/* Purges every kept mapping now (malloc_trim); returns the bytes purged. */
+size_t sampled_pages_purge(void);
+
+/* Bytes of kept mappings: all of them, and those not purged (statistics:
+ * the latter may be resident). */
 size_t sampled_pages_cached(void);
+size_t sampled_pages_dirty(void);
 
 void sampled_pages_prefork(void);
 void sampled_pages_postfork_parent(void);
