@@ -95,6 +95,13 @@ INTEG_TESTS := $(patsubst test/integration/%.c,test/bin/%,$(wildcard test/integr
 $(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h test/unit/sites.h build/libsalloc_test.a | test/bin
 	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka -lm
 
+# The stack walker's test loads two builds of one library, with different
+# frame sizes, one after the other (test/unit/unwind_lib.c).
+test/bin/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so
+test/bin/libunwind_a.so test/bin/libunwind_b.so: test/bin/libunwind_%.so: test/unit/unwind_lib.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared \
+	    -DFRAME_BYTES=$(if $(filter a,$*),4096,65536) -o $@ $<
+
 # Stress and integration tests use only the public API; they run with salloc
 # preloaded, so the same binary can be compared against other allocators.
 $(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
@@ -140,6 +147,10 @@ TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/bui
             FIXTURES_DIR=$(CURDIR)/../shared/fixtures \
             SALLOC_CMD=$(CURDIR)/build/bin/salloc SALLOC_DEMO=$(CURDIR)/build/bin/salloc-demo CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
+# Heavy sampling, and every stack the walker captures compared with
+# backtrace() (a disagreement fails test_real_programs).
+HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
+
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
@@ -149,8 +160,8 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    echo "== $$t"; $(TEST_ENV) $$t || fail=1; \
 	done; \
 	for t in $(STRESS_TESTS) test/bin/test_real_programs; do \
-	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, heavy sampling: SALLOC_CONF=lg_prof_sample:8)"; \
-	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:8 \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, heavy sampling, walker checked: SALLOC_CONF=$(HEAVY_SAMPLING))"; \
+	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=$(HEAVY_SAMPLING) \
 	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \

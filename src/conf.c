@@ -128,7 +128,7 @@ enum kind {
     K_CLIP,      /* unsigned, values above hi clipped to hi */
     K_SIGNED,    /* lo..hi, else out of range */
     K_STRING,    /* copied into a PROF_PREFIX_MAX array, truncated */
-    K_FORMAT,    /* a dump format: heap, pb or pb.gz (PROF_FORMAT_MAX array) */
+    K_CHOICE,    /* one of `choices`, copied into a PROF_CHOICE_MAX array */
 };
 
 struct option {
@@ -137,7 +137,11 @@ struct option {
     void *var;                 /* NULL: accepted and checked, then ignored */
     intmax_t lo, hi;
     void (*then)(intmax_t);    /* called with an accepted integer value */
+    const char *const *choices; /* K_CHOICE: the accepted values, NULL-ended */
 };
+
+static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
+static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
 
 static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
 
@@ -145,25 +149,26 @@ static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
  * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
  * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
 static const struct option options[] = {
-    {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL},
-    {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL},
-    {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay},
-    {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL},
-    {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL},
-    {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL},
-    {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL},
-    {"prof", K_BOOL, &opt_prof, 0, 0, NULL},
-    {"prof_accum", K_BOOL, &opt_prof_accum, 0, 0, NULL},
-    {"prof_active", K_BOOL, &opt_prof_active, 0, 0, NULL},
-    {"prof_final", K_BOOL, &opt_prof_final, 0, 0, NULL},
-    {"prof_final_peak", K_BOOL, &opt_prof_final_peak, 0, 0, NULL},
-    {"prof_format", K_FORMAT, opt_prof_format, 0, 0, NULL},
-    {"prof_gdump", K_BOOL, &opt_prof_gdump, 0, 0, NULL},
-    {"prof_peak_pct", K_UNSIGNED, &opt_prof_peak_pct, 1, 1000, NULL},
-    {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL},
-    {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL},
-    {"retain", K_TRUE, NULL, 0, 0, NULL},
-    {"tcache", K_TRUE, NULL, 0, 0, NULL},
+    {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL, NULL},
+    {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL, NULL},
+    {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay, NULL},
+    {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL, NULL},
+    {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL, NULL},
+    {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL, NULL},
+    {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL, NULL},
+    {"prof", K_BOOL, &opt_prof, 0, 0, NULL, NULL},
+    {"prof_accum", K_BOOL, &opt_prof_accum, 0, 0, NULL, NULL},
+    {"prof_active", K_BOOL, &opt_prof_active, 0, 0, NULL, NULL},
+    {"prof_final", K_BOOL, &opt_prof_final, 0, 0, NULL, NULL},
+    {"prof_final_peak", K_BOOL, &opt_prof_final_peak, 0, 0, NULL, NULL},
+    {"prof_format", K_CHOICE, opt_prof_format, 0, 0, NULL, formats},
+    {"prof_gdump", K_BOOL, &opt_prof_gdump, 0, 0, NULL, NULL},
+    {"prof_peak_pct", K_UNSIGNED, &opt_prof_peak_pct, 1, 1000, NULL, NULL},
+    {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL, NULL},
+    {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL, NULL},
+    {"prof_unwind", K_CHOICE, opt_prof_unwind, 0, 0, NULL, unwinders},
+    {"retain", K_TRUE, NULL, 0, 0, NULL, NULL},
+    {"tcache", K_TRUE, NULL, 0, 0, NULL, NULL},
 };
 
 static enum verdict set_option(const struct option *o, const char *v, size_t len)
@@ -187,13 +192,14 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
         memcpy(o->var, v, len);
         ((char *)o->var)[len] = '\0';
         return V_OK;
-    case K_FORMAT:
-        if (!((len == 4 && !memcmp(v, "heap", 4)) || (len == 2 && !memcmp(v, "pb", 2)) ||
-              (len == 5 && !memcmp(v, "pb.gz", 5))))
-            return V_INVALID;
-        memcpy(o->var, v, len);
-        ((char *)o->var)[len] = '\0';
-        return V_OK;
+    case K_CHOICE:
+        for (const char *const *c = o->choices; *c; c++)
+            if (strlen(*c) == len && !memcmp(*c, v, len)) {
+                memcpy(o->var, v, len);
+                ((char *)o->var)[len] = '\0';
+                return V_OK;
+            }
+        return V_INVALID;
     case K_UNSIGNED:
     case K_CLIP:
         if ((r = parse_int(v, len, false, NULL, &u)) != V_OK)

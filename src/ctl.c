@@ -35,6 +35,7 @@
 #include "prof.h"
 #include "sampled_pages.h"
 #include "sizeclass.h"
+#include "stack.h"
 #include "tcache.h"
 #include "util.h"
 
@@ -392,6 +393,22 @@ static int ctl_prof_sample_count(const struct ctl_ctx *cx, union ctl_val *old,
     return 0;
 }
 
+static int ctl_prof_unwind_fallbacks(const struct ctl_ctx *cx, union ctl_val *old,
+                                     const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = stack_unwind_fallbacks();
+    return 0;
+}
+
+static int ctl_prof_unwind_mismatches(const struct ctl_ctx *cx, union ctl_val *old,
+                                      const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = stack_unwind_mismatches();
+    return 0;
+}
+
 static int ctl_thread_allocated(const struct ctl_ctx *cx, union ctl_val *old,
                                 const union ctl_val *new)
 {
@@ -503,6 +520,7 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
+    VAR("opt.prof_unwind", T_STR, opt_prof_unwind),
     CONST("opt.retain", T_BOOL, 1),
     CONST("opt.tcache", T_BOOL, 1),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
@@ -517,6 +535,8 @@ static const struct ctl_row table[] = {
     FN("prof.residency", T_BOOL, A_R, ctl_prof_residency, 0),
     FN("prof.sample_count", T_SIZE, A_R, ctl_prof_sample_count, 0),
     FN("prof.thread_active_init", T_BOOL, A_RW, ctl_prof_thread_active_init, G_PROF_WRITE),
+    FN("prof.unwind_fallbacks", T_UINT64, A_R, ctl_prof_unwind_fallbacks, 0),
+    FN("prof.unwind_mismatches", T_UINT64, A_R, ctl_prof_unwind_mismatches, 0),
     STAT("stats.active", active),
     STAT("stats.allocated", allocated),
     BINSTAT("stats.arenas.<i>.bins.<j>.curregs", curregs),

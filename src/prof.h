@@ -27,8 +27,9 @@ extern bool opt_prof_active;             /* initial prof.active; default true */
 extern bool opt_prof_thread_active_init; /* initial prof.thread_active_init; true */
 extern size_t opt_lg_prof_sample;        /* log2 of R; default 19 (512 KiB); 0..62 */
 extern char opt_prof_prefix[PROF_PREFIX_MAX]; /* automatic dump names; "salloc" */
-#define PROF_FORMAT_MAX 8
-extern char opt_prof_format[PROF_FORMAT_MAX]; /* automatic dumps: heap, pb or pb.gz */
+#define PROF_CHOICE_MAX 8
+extern char opt_prof_format[PROF_CHOICE_MAX]; /* automatic dumps: heap, pb or pb.gz */
+extern char opt_prof_unwind[PROF_CHOICE_MAX]; /* stack walker: fast, libgcc or check */
 extern bool opt_prof_final;              /* dump at exit; default false */
 extern bool opt_prof_accum;              /* keep allocated-ever counts; default false */
 extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */

@@ -9,7 +9,10 @@
 #include <string.h>
 
 #include "lock.h"
+#include "log.h"
 #include "meta.h"
+#include "prof.h"
+#include "unwind.h"
 
 #define SHARDS 64
 #define BUCKETS_PER_SHARD 256
@@ -32,13 +35,52 @@ int stack_in_salloc(const void *addr)
     return (const char *)addr >= __start_salloc_text && (const char *)addr < __stop_salloc_text;
 }
 
-unsigned stack_capture(void **frames, unsigned max)
+/* opt.prof_unwind, read once at start-up. */
+static enum { WALK_FAST, WALK_LIBGCC, WALK_CHECK } walker;
+static uint64_t fallbacks, mismatches; /* relaxed atomics */
+
+/* Frames above salloc's own: the index of the first one not in salloc. */
+static int first_outside(void *const *raw, int n)
 {
-    void *raw[STACK_MAX_DEPTH + 16];
-    int n = backtrace(raw, STACK_MAX_DEPTH + 16);
     int first = 0;
     while (first < n && stack_in_salloc(raw[first]))
         first++;
+    return first;
+}
+
+/* opt.prof_unwind:check: the walker's stack against backtrace()'s, for
+ * the frames above salloc (salloc's own frames differ by the function that
+ * called each).  The first few disagreements are reported, all counted. */
+static void check_against_libgcc(void *const *raw, int n)
+{
+    void *ref[STACK_MAX_DEPTH + 16];
+    int m = backtrace(ref, STACK_MAX_DEPTH + 16);
+    int a = first_outside(raw, n), b = first_outside(ref, m);
+    int len = n - a < m - b ? n - a : m - b;
+    bool full = n == STACK_MAX_DEPTH + 16 || m == STACK_MAX_DEPTH + 16; /* truncated */
+    int bad = full || n - a == m - b ? -1 : len;
+    for (int i = 0; i < len && bad < 0; i++)
+        if (raw[a + i] != ref[b + i])
+            bad = i;
+    if (bad >= 0 && __atomic_fetch_add(&mismatches, 1, __ATOMIC_RELAXED) < 10)
+        sa_message("prof_unwind:check: stacks differ at frame %d: walker %p (%d frames), "
+                   "backtrace %p (%d frames)",
+                   bad, bad < n - a ? raw[a + bad] : NULL, n - a,
+                   bad < m - b ? ref[b + bad] : NULL, m - b);
+}
+
+unsigned stack_capture(void **frames, unsigned max)
+{
+    void *raw[STACK_MAX_DEPTH + 16];
+    int n = walker == WALK_LIBGCC ? -1 : unwind_capture(raw, STACK_MAX_DEPTH + 16);
+    if (n < 0) {
+        if (walker != WALK_LIBGCC)
+            __atomic_fetch_add(&fallbacks, 1, __ATOMIC_RELAXED);
+        n = backtrace(raw, STACK_MAX_DEPTH + 16);
+    } else if (walker == WALK_CHECK) {
+        check_against_libgcc(raw, n);
+    }
+    int first = first_outside(raw, n);
     unsigned depth = (unsigned)(n - first);
     if (depth > max)
         depth = max;
@@ -46,10 +88,17 @@ unsigned stack_capture(void **frames, unsigned max)
     return depth;
 }
 
+uint64_t stack_unwind_fallbacks(void) { return __atomic_load_n(&fallbacks, __ATOMIC_RELAXED); }
+uint64_t stack_unwind_mismatches(void) { return __atomic_load_n(&mismatches, __ATOMIC_RELAXED); }
+
 void stack_warm_up(void)
 {
+    walker = !strcmp(opt_prof_unwind, "libgcc") ? WALK_LIBGCC
+             : !strcmp(opt_prof_unwind, "check") ? WALK_CHECK
+                                                 : WALK_FAST;
     void *frames[4];
-    backtrace(frames, 4);
+    backtrace(frames, 4); /* loads libgcc: the fallback must never do it later */
+    unwind_capture(frames, 4);
 }
 
 static uint64_t hash_frames(void *const *frames, unsigned depth)

@@ -11,6 +11,10 @@
  * /usr/bin/python3, else python3 from PATH).  A test is skipped only when
  * its program is missing.
  *
+ * Run with SALLOC_CONF=prof_unwind:check (make test's heavy-sampling
+ * pass does), any disagreement salloc reports between its stack walker
+ * and backtrace() fails the test.
+ *
  * LD_PRELOAD is set only in the children's environments; an LD_PRELOAD in
  * this process's own environment (make test sets one) is removed from the
  * "plain" runs so that they really run without the library.
@@ -293,6 +297,11 @@ static void run_program(char *const argv[], const char *cwd, const char *tmp,
     free(env);
     if (!r->out || !r->err)
         fail_msg("cannot read captured output of %s", argv[0]);
+    /* Under SALLOC_CONF=...,prof_unwind:check salloc compares its stack
+     * walker with backtrace() on every sample and reports disagreements. */
+    const char *differ = preload ? strstr(r->err, "prof_unwind:check: stacks differ") : NULL;
+    if (differ)
+        fail_msg("%s: salloc's stack walker disagreed with backtrace(): %.300s", argv[0], differ);
 }
 
 static void run_free(run_t *r)

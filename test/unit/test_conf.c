@@ -39,7 +39,7 @@ static int reset(void **state)
     int bad = conf_apply("confirm_conf:false,prof:true,prof_active:true,prof_thread_active_init:true,"
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
-                         "dirty_decay_ms:10000,abort_conf:false",
+                         "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast",
                          "reset");
     return bad;
 }
@@ -65,6 +65,11 @@ static void test_conf_every_key_accepted(void **state)
     assert_true(opt_prof_gdump);
     assert_int_equal(opt_dirty_decay_ms, 500);
     assert_int_equal(pageheap_decay_ms(), 500);
+    assert_int_equal(apply("prof_format:pb.gz,prof_unwind:libgcc"), 0);
+    assert_string_equal(opt_prof_format, "pb.gz");
+    assert_string_equal(opt_prof_unwind, "libgcc");
+    assert_int_equal(apply("prof_unwind:check,prof_unwind:fast"), 0);
+    assert_string_equal(opt_prof_unwind, "fast");
     assert_int_equal(apply(""), 0);
     assert_int_equal(apply(NULL), 0);
     assert_string_equal(out, "");
@@ -92,6 +97,9 @@ static void test_conf_diagnostics(void **state)
         {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},
         {"tcache:false", "<salloc>: Out-of-range conf value: tcache:false\n"},
         {"retain:false", "<salloc>: Out-of-range conf value: retain:false\n"},
+        {"prof_unwind:fastest", "<salloc>: Invalid conf value: prof_unwind:fastest\n"},
+        {"prof_unwind:", "<salloc>: Invalid conf value: prof_unwind:\n"},
+        {"prof_format:pb.gzip", "<salloc>: Invalid conf value: prof_format:pb.gzip\n"},
         {"prof-x:true", "<salloc>: Malformed conf string at \"prof-x:true\"\n"},
         {"prof", "<salloc>: Malformed conf string at \"prof\"\n"},
         {":true", "<salloc>: Malformed conf string at \":true\"\n"},

@@ -262,6 +262,19 @@ static void test_ctl_prof_switches(void **state)
     len = sizeof(interval);
     assert_int_equal(mallctl("prof.interval", &interval, &len, NULL, 0), 0);
     read_z("prof.sample_count");
+    /* The stack walker: its option and its counters (this test's samples
+     * are plain C frames: the walker never needs libgcc for them). */
+    const char *unwind = NULL;
+    len = sizeof(unwind);
+    assert_int_equal(mallctl("opt.prof_unwind", &unwind, &len, NULL, 0), 0);
+    assert_string_equal(unwind, "fast");
+    uint64_t count = 1;
+    len = sizeof(count);
+    assert_int_equal(mallctl("prof.unwind_mismatches", &count, &len, NULL, 0), 0);
+    assert_int_equal(count, 0);
+    assert_int_equal(mallctl("prof.unwind_fallbacks", &count, &len, NULL, 0), 0);
+    assert_int_equal(count, 0);
+    assert_int_equal(mallctl("prof.unwind_fallbacks", NULL, NULL, &count, sizeof(count)), EPERM);
 }
 
 /* spec 1.2: the prof.* names with profiling off.  opt_prof is flipped here

@@ -1,0 +1,638 @@
+/*
+ * unwind.c: the cached DWARF stack walker (see unwind.h for the contract).
+ *
+ * Three parts, bottom up:
+ *   1. reading .eh_frame_hdr, CIEs and FDEs (bounds-checked against the
+ *      loaded segments of the object that holds the code address);
+ *   2. running a CFA program up to one address and reducing the resulting
+ *      row to a 32-bit rule (or END / GIVE_UP);
+ *   3. the rule cache and the walk itself.
+ *
+ * References: the x86-64 psABI section 3.7 (DWARF register numbers: rbp 6,
+ * rsp 7, return address 16), the LSB's .eh_frame and .eh_frame_hdr
+ * formats, DWARF 4 section 6.4 (call frame instructions).  libgcc's
+ * unwind-dw2.c is the behaviour matched: DW_CFA_remember_state saves the
+ * CFA rule too, and a return address without an FDE ends the stack.
+ */
+#define _GNU_SOURCE
+#include "unwind.h"
+
+#include <link.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ---- rules ----
+ * bits 0-1 kind, bit 2 CFA is rbp-based (else rsp), bits 3-10 rbp slot k
+ * (rbp saved at CFA - 8k; 0: rbp unchanged), bits 11-31 CFA offset. */
+enum { RULE_EMPTY = 0, RULE_FRAME = 1, RULE_END = 2, RULE_GIVE_UP = 3 };
+#define RULE_KIND(r) ((r) & 3u)
+#define RULE_CFA_RBP(r) (((r) >> 2) & 1u)
+#define RULE_RBP_SLOT(r) (((r) >> 3) & 0xffu)
+#define RULE_CFA_OFF(r) ((r) >> 11)
+#define RULE_CFA_OFF_MAX ((1u << 21) - 1)
+
+#define DW_REG_RBP 6
+#define DW_REG_RSP 7
+#define DW_REG_RA 16
+
+static struct unwind_stats stats; /* relaxed atomics */
+
+static void count(uint64_t *counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
+
+/* ---- 1. reading DWARF ---- */
+
+/* Reads never go past `end`; any that would sets `bad`, and later reads
+ * return zeros, so callers check `bad` once at the end of a record. */
+struct cursor {
+    const uint8_t *p, *end;
+    bool bad;
+};
+
+static uint64_t read_fixed(struct cursor *c, size_t n)
+{
+    uint64_t v = 0;
+    if ((size_t)(c->end - c->p) < n || c->bad) {
+        c->bad = true;
+        return 0;
+    }
+    memcpy(&v, c->p, n); /* x86-64 is little-endian, as the data is */
+    c->p += n;
+    return v;
+}
+
+static uint8_t read_u8(struct cursor *c) { return (uint8_t)read_fixed(c, 1); }
+
+static uint64_t read_uleb(struct cursor *c)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        uint8_t b = read_u8(c);
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return v;
+    }
+    c->bad = true;
+    return 0;
+}
+
+static int64_t read_sleb(struct cursor *c)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        uint8_t b = read_u8(c);
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (shift + 7 < 64 && (b & 0x40))
+                v |= ~(uint64_t)0 << (shift + 7);
+            return (int64_t)v;
+        }
+    }
+    c->bad = true;
+    return 0;
+}
+
+/* DW_EH_PE_* pointer encodings (LSB): low nibble the format, bits 4-6 what
+ * it is relative to.  Only what x86-64 Linux toolchains emit: absolute,
+ * pc-relative and (in .eh_frame_hdr) data-relative. */
+#define PE_OMIT 0xff
+#define PE_FORMAT(e) ((e) & 0x0f)
+#define PE_APPLY(e) ((e) & 0x70)
+#define PE_PCREL 0x10
+#define PE_DATAREL 0x30
+
+static uintptr_t read_encoded(struct cursor *c, uint8_t enc, uintptr_t datarel)
+{
+    uintptr_t field = (uintptr_t)c->p;
+    uint64_t v;
+    switch (PE_FORMAT(enc)) {
+    case 0x00: case 0x04: case 0x0c: v = read_fixed(c, 8); break;
+    case 0x01: v = read_uleb(c); break;
+    case 0x02: v = read_fixed(c, 2); break;
+    case 0x03: v = read_fixed(c, 4); break;
+    case 0x09: v = (uint64_t)read_sleb(c); break;
+    case 0x0a: v = (uint64_t)(int64_t)(int16_t)read_fixed(c, 2); break;
+    case 0x0b: v = (uint64_t)(int64_t)(int32_t)read_fixed(c, 4); break;
+    default: c->bad = true; return 0;
+    }
+    switch (PE_APPLY(enc)) {
+    case 0: break;
+    case PE_PCREL: v += field; break;
+    case PE_DATAREL: v += datarel; break;
+    default: c->bad = true; return 0;
+    }
+    return (uintptr_t)v;
+}
+
+/* The object holding a code address: its load bias and program headers. */
+struct object {
+    uintptr_t pc;
+    uintptr_t base;
+    const ElfW(Phdr) *phdr;
+    size_t phnum;
+    bool found;
+};
+
+static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct object *o = arg;
+    for (size_t i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && o->pc >= start && o->pc - start < ph->p_memsz) {
+            o->base = info->dlpi_addr;
+            o->phdr = info->dlpi_phdr;
+            o->phnum = info->dlpi_phnum;
+            o->found = true;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A cursor over [p, p + len) if that lies inside one loaded segment of the
+ * object; a bad cursor otherwise. */
+static struct cursor object_bytes(const struct object *o, uintptr_t p, uint64_t len)
+{
+    for (size_t i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
+        uintptr_t start = o->base + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && p >= start && p - start <= ph->p_memsz &&
+            len <= ph->p_memsz - (p - start))
+            return (struct cursor){(const uint8_t *)p, (const uint8_t *)p + len, false};
+    }
+    return (struct cursor){NULL, NULL, true};
+}
+
+/* One .eh_frame record (CIE or FDE) at `p`: a cursor over its body (after
+ * the length), or a bad cursor.  A zero length is the terminator. */
+static struct cursor record_at(const struct object *o, uintptr_t p)
+{
+    struct cursor c = object_bytes(o, p, 4);
+    uint64_t len = read_fixed(&c, 4);
+    if (len == 0xffffffffu) {
+        c = object_bytes(o, p + 4, 8);
+        len = read_fixed(&c, 8);
+        p += 8;
+    }
+    if (c.bad || len == 0)
+        return (struct cursor){NULL, NULL, true};
+    return object_bytes(o, p + 4, len);
+}
+
+/* The address of the FDE that may cover `pc`, from the object's sorted
+ * .eh_frame_hdr table; 0 if there is none. */
+static uintptr_t find_fde(const struct object *o, uintptr_t pc)
+{
+    uintptr_t hdr = 0;
+    uint64_t hdr_len = 0;
+    for (size_t i = 0; i < o->phnum; i++)
+        if (o->phdr[i].p_type == PT_GNU_EH_FRAME) {
+            hdr = o->base + o->phdr[i].p_vaddr;
+            hdr_len = o->phdr[i].p_memsz;
+        }
+    if (!hdr)
+        return 0;
+    struct cursor c = object_bytes(o, hdr, hdr_len);
+    uint8_t version = read_u8(&c), ptr_enc = read_u8(&c), count_enc = read_u8(&c);
+    uint8_t table_enc = read_u8(&c);
+    read_encoded(&c, ptr_enc, hdr);
+    uint64_t n = read_encoded(&c, count_enc, hdr);
+    /* The binary-search table: pairs of 4-byte offsets from the header. */
+    if (c.bad || version != 1 || count_enc == PE_OMIT || table_enc != (PE_DATAREL | 0x0b) ||
+        n == 0 || n > (uint64_t)(c.end - c.p) / 8)
+        return 0;
+    const uint8_t *table = c.p;
+    uint64_t lo = 0, hi = n; /* find the last entry whose start is <= pc */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        int32_t start;
+        memcpy(&start, table + 8 * mid, 4);
+        if (hdr + (intptr_t)start <= pc)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    int32_t start, fde;
+    memcpy(&start, table + 8 * lo, 4);
+    memcpy(&fde, table + 8 * lo + 4, 4);
+    return hdr + (intptr_t)start <= pc ? hdr + (intptr_t)fde : 0;
+}
+
+/* What a CIE says about the FDEs that use it. */
+struct cie {
+    uint64_t code_align;
+    int64_t data_align;
+    uint64_t ra_reg;
+    uint8_t fde_enc;
+    bool has_aug_data; /* 'z': FDEs carry an augmentation length */
+    bool signal_frame; /* 'S' */
+    struct cursor initial; /* its initial instructions */
+};
+
+static bool parse_cie(const struct object *o, uintptr_t at, struct cie *ci)
+{
+    struct cursor c = record_at(o, at);
+    if (read_fixed(&c, 4) != 0) /* CIE id: 0 in .eh_frame */
+        return false;
+    uint8_t version = read_u8(&c);
+    const char *aug = (const char *)c.p;
+    size_t aug_len = c.bad ? 0 : strnlen(aug, (size_t)(c.end - c.p));
+    if (c.bad || aug_len == (size_t)(c.end - c.p) || (version != 1 && version != 3))
+        return false;
+    c.p += aug_len + 1;
+    *ci = (struct cie){.fde_enc = 0};
+    ci->code_align = read_uleb(&c);
+    ci->data_align = read_sleb(&c);
+    ci->ra_reg = version == 1 ? read_u8(&c) : read_uleb(&c);
+    if (aug[0] == 'z') {
+        uint64_t len = read_uleb(&c);
+        if (c.bad || len > (uint64_t)(c.end - c.p))
+            return false;
+        struct cursor data = {c.p, c.p + len, false};
+        c.p += len;
+        ci->has_aug_data = true;
+        for (const char *a = aug + 1; *a; a++) {
+            if (*a == 'R')
+                ci->fde_enc = read_u8(&data);
+            else if (*a == 'P')
+                read_encoded(&data, read_u8(&data), 0); /* personality: skipped */
+            else if (*a == 'L')
+                read_u8(&data); /* LSDA encoding: the FDE's data is skipped whole */
+            else if (*a == 'S')
+                ci->signal_frame = true;
+            else if (*a != 'B')
+                break; /* unknown: the rest of the data is skipped by length */
+        }
+        if (data.bad)
+            return false;
+    } else if (aug[0]) {
+        return false; /* an augmentation we cannot skip without 'z' */
+    }
+    ci->initial = c;
+    return !c.bad;
+}
+
+/* ---- 2. running CFA programs ---- */
+
+enum how { SAME = 0, UNDEFINED, OFFSET, OTHER };
+
+struct reg_rule {
+    uint8_t how;
+    int64_t off; /* OFFSET: saved at CFA + off */
+};
+
+struct row {
+    uint64_t cfa_reg;
+    int64_t cfa_off;
+    bool cfa_expr;
+    struct reg_rule rbp, ra;
+};
+
+#define REMEMBER_DEPTH 8
+
+struct program {
+    const struct cie *ci;
+    const struct row *initial; /* for DW_CFA_restore; NULL while running the CIE */
+    uintptr_t target;
+};
+
+static void set_reg(struct row *r, const struct cie *ci, uint64_t reg, uint8_t how, int64_t off)
+{
+    struct reg_rule *rule = reg == DW_REG_RBP ? &r->rbp : reg == ci->ra_reg ? &r->ra : NULL;
+    if (rule)
+        *rule = (struct reg_rule){how, off};
+}
+
+static void restore_reg(struct row *r, const struct program *pg, uint64_t reg)
+{
+    if (!pg->initial)
+        return;
+    if (reg == DW_REG_RBP)
+        r->rbp = pg->initial->rbp;
+    else if (reg == pg->ci->ra_reg)
+        r->ra = pg->initial->ra;
+}
+
+/* Runs the instructions of `c` from address `loc`, stopping before the
+ * first advance past pg->target.  False on malformed or unknown input. */
+static bool run_program(struct cursor *c, const struct program *pg, uintptr_t loc, struct row *r)
+{
+    const struct cie *ci = pg->ci;
+    struct row saved[REMEMBER_DEPTH];
+    unsigned depth = 0;
+    while (c->p < c->end && !c->bad) {
+        uint8_t op = read_u8(c), arg = op & 0x3f;
+        uint64_t reg, delta = 0;
+        switch (op & 0xc0 ? op & 0xc0 : op) {
+        case 0x40: delta = arg; break;                                   /* advance_loc */
+        case 0x80: set_reg(r, ci, arg, OFFSET, (int64_t)read_uleb(c) * ci->data_align); break;
+        case 0xc0: restore_reg(r, pg, arg); break;                       /* restore */
+        case 0x00: break;                                                /* nop */
+        case 0x01: /* set_loc */
+            loc = read_encoded(c, ci->fde_enc, 0);
+            if (loc > pg->target)
+                return !c->bad;
+            break;
+        case 0x02: delta = read_fixed(c, 1); break;                      /* advance_loc1 */
+        case 0x03: delta = read_fixed(c, 2); break;                      /* advance_loc2 */
+        case 0x04: delta = read_fixed(c, 4); break;                      /* advance_loc4 */
+        case 0x05: /* offset_extended */
+            reg = read_uleb(c);
+            set_reg(r, ci, reg, OFFSET, (int64_t)read_uleb(c) * ci->data_align);
+            break;
+        case 0x06: restore_reg(r, pg, read_uleb(c)); break;              /* restore_extended */
+        case 0x07: set_reg(r, ci, read_uleb(c), UNDEFINED, 0); break;    /* undefined */
+        case 0x08: set_reg(r, ci, read_uleb(c), SAME, 0); break;         /* same_value */
+        case 0x09: /* register */
+            reg = read_uleb(c);
+            read_uleb(c);
+            set_reg(r, ci, reg, OTHER, 0);
+            break;
+        case 0x0a: /* remember_state: the whole row, CFA included (as libgcc) */
+            if (depth == REMEMBER_DEPTH)
+                return false;
+            saved[depth++] = *r;
+            break;
+        case 0x0b: /* restore_state */
+            if (depth == 0)
+                return false;
+            *r = saved[--depth];
+            break;
+        case 0x0c: /* def_cfa */
+            r->cfa_reg = read_uleb(c);
+            r->cfa_off = (int64_t)read_uleb(c);
+            r->cfa_expr = false;
+            break;
+        case 0x0d: r->cfa_reg = read_uleb(c); r->cfa_expr = false; break; /* def_cfa_register */
+        case 0x0e: r->cfa_off = (int64_t)read_uleb(c); break;            /* def_cfa_offset */
+        case 0x0f: /* def_cfa_expression: cannot be a rule, so give up */
+            return false;
+        case 0x10: /* expression */
+        case 0x16: { /* val_expression */
+            reg = read_uleb(c);
+            uint64_t len = read_uleb(c);
+            if (len > (uint64_t)(c->end - c->p))
+                return false;
+            c->p += len;
+            set_reg(r, ci, reg, OTHER, 0);
+            break;
+        }
+        case 0x11: /* offset_extended_sf */
+            reg = read_uleb(c);
+            set_reg(r, ci, reg, OFFSET, read_sleb(c) * ci->data_align);
+            break;
+        case 0x12: /* def_cfa_sf */
+            r->cfa_reg = read_uleb(c);
+            r->cfa_off = read_sleb(c) * ci->data_align;
+            r->cfa_expr = false;
+            break;
+        case 0x13: r->cfa_off = read_sleb(c) * ci->data_align; break;    /* def_cfa_offset_sf */
+        case 0x14: /* val_offset */
+            reg = read_uleb(c);
+            read_uleb(c);
+            set_reg(r, ci, reg, OTHER, 0);
+            break;
+        case 0x15: /* val_offset_sf */
+            reg = read_uleb(c);
+            read_sleb(c);
+            set_reg(r, ci, reg, OTHER, 0);
+            break;
+        case 0x2e: read_uleb(c); break;                                  /* GNU_args_size */
+        case 0x2f: /* GNU_negative_offset_extended */
+            reg = read_uleb(c);
+            set_reg(r, ci, reg, OFFSET, -(int64_t)read_uleb(c) * ci->data_align);
+            break;
+        default:
+            return false;
+        }
+        if (delta) {
+            loc += delta * ci->code_align;
+            if (loc > pg->target)
+                break;
+        }
+    }
+    return !c->bad;
+}
+
+/* The row in force at `pc` reduced to a rule. */
+static uint32_t rule_of_row(const struct row *r, const struct cie *ci)
+{
+    if (r->ra.how == UNDEFINED)
+        return RULE_END; /* the outermost frame (_start, a thread's start) */
+    if (ci->signal_frame || r->cfa_expr || (r->cfa_reg != DW_REG_RSP && r->cfa_reg != DW_REG_RBP) ||
+        r->cfa_off < 8 || r->cfa_off > (int64_t)RULE_CFA_OFF_MAX || r->ra.how != OFFSET ||
+        r->ra.off != -8)
+        return RULE_GIVE_UP;
+    uint32_t slot = 0;
+    if (r->rbp.how == OFFSET) {
+        if (r->rbp.off >= 0 || r->rbp.off % 8 || -r->rbp.off / 8 > 0xff)
+            return RULE_GIVE_UP;
+        slot = (uint32_t)(-r->rbp.off / 8);
+    } else if (r->rbp.how != SAME) {
+        return RULE_GIVE_UP;
+    }
+    return RULE_FRAME | (uint32_t)(r->cfa_reg == DW_REG_RBP) << 2 | slot << 3 |
+           (uint32_t)r->cfa_off << 11;
+}
+
+/* The rule for code address `pc`, from the object's .eh_frame. */
+static uint32_t compute_rule(uintptr_t pc)
+{
+    count(&stats.misses);
+    struct object o = {.pc = pc};
+    dl_iterate_phdr(find_object, &o);
+    uintptr_t fde_at = o.found ? find_fde(&o, pc) : 0;
+    if (!fde_at)
+        return RULE_END; /* no unwind information: the stack ends here, as for libgcc */
+    struct cursor c = record_at(&o, fde_at);
+    uintptr_t cie_field = (uintptr_t)c.p;
+    uint32_t cie_off = (uint32_t)read_fixed(&c, 4);
+    struct cie ci;
+    if (c.bad || cie_off == 0 || !parse_cie(&o, cie_field - cie_off, &ci))
+        return RULE_GIVE_UP;
+    uintptr_t begin = read_encoded(&c, ci.fde_enc, 0);
+    uintptr_t range = read_encoded(&c, ci.fde_enc & 0x0f, 0);
+    if (ci.has_aug_data) {
+        uint64_t len = read_uleb(&c);
+        c.p += len <= (uint64_t)(c.end - c.p) ? len : 0;
+    }
+    if (c.bad)
+        return RULE_GIVE_UP;
+    if (pc < begin || pc - begin >= range)
+        return RULE_END; /* in a gap between FDEs: no unwind information */
+    struct row initial = {.cfa_reg = DW_REG_RSP}, r;
+    struct program pg = {.ci = &ci, .initial = NULL, .target = pc};
+    struct cursor init = ci.initial;
+    if (!run_program(&init, &pg, begin, &initial))
+        return RULE_GIVE_UP;
+    r = initial;
+    pg.initial = &initial;
+    if (!run_program(&c, &pg, begin, &r))
+        return RULE_GIVE_UP;
+    return rule_of_row(&r, &ci);
+}
+
+bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
+                          uint32_t *rbp_slot)
+{
+    uint32_t r = compute_rule(pc);
+    *outermost = RULE_KIND(r) == RULE_END;
+    *cfa_rbp = RULE_CFA_RBP(r);
+    *cfa_off = RULE_CFA_OFF(r);
+    *rbp_slot = RULE_RBP_SLOT(r);
+    return RULE_KIND(r) == RULE_FRAME || RULE_KIND(r) == RULE_END;
+}
+
+/* ---- 3. the cache and the walk ---- */
+
+/* An entry is valid while its seq is even and unchanged around the reads
+ * of key and rule (a per-entry seqlock: writers make it odd while they
+ * write; a writer that finds it odd skips the update).  The key is the
+ * code address with the loader's unload count above bit 47, so a dlclose()
+ * makes every older entry miss at once. */
+#define CACHE_BITS 12
+#define KEY_PC_BITS 47
+
+struct entry {
+    uint32_t seq;
+    uint32_t rule;
+    uint64_t key;
+};
+
+static struct entry cache[1u << CACHE_BITS] SA_ALIGNED(SA_CACHELINE);
+
+static struct entry *entry_of(uint64_t key)
+{
+    return &cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - CACHE_BITS)];
+}
+
+static uint32_t cache_get(uint64_t key)
+{
+    struct entry *e = entry_of(key);
+    /* Acquire on every load keeps the second read of seq after the data
+     * (no fences: ThreadSanitizer cannot check them; on x86 these are all
+     * plain loads anyway). */
+    uint32_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+    uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+    uint32_t rule = __atomic_load_n(&e->rule, __ATOMIC_ACQUIRE);
+    uint32_t s2 = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+    return !(s1 & 1) && s1 == s2 && k == key ? rule : RULE_EMPTY;
+}
+
+static void cache_put(uint64_t key, uint32_t rule)
+{
+    struct entry *e = entry_of(key);
+    uint32_t s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+    if ((s & 1) ||
+        !__atomic_compare_exchange_n(&e->seq, &s, s + 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    /* Release stores: seq's odd value is visible before either half. */
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->rule, rule, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->seq, s + 2, __ATOMIC_RELEASE);
+}
+
+static uint32_t rule_for(uintptr_t pc, uint64_t gen)
+{
+    if (pc >> KEY_PC_BITS)
+        return compute_rule(pc); /* beyond the keys' range: never cached */
+    uint64_t key = pc | gen << KEY_PC_BITS;
+    uint32_t rule = cache_get(key);
+    if (rule == RULE_EMPTY) {
+        rule = compute_rule(pc);
+        cache_put(key, rule);
+    }
+    return rule;
+}
+
+static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
+        return -1;
+    *(uint64_t *)arg = info->dlpi_subs;
+    return 1;
+}
+
+/* The cache generation: the loader's unload count, or UINT64_MAX if this
+ * libc does not report it (then nothing may be cached). */
+static uint64_t generation(void)
+{
+    static uint64_t last_seen;
+    uint64_t subs = UINT64_MAX;
+    if (dl_iterate_phdr(read_unloads, &subs) != 1)
+        return UINT64_MAX;
+    uint64_t last = __atomic_load_n(&last_seen, __ATOMIC_RELAXED);
+    if (subs != last && __atomic_compare_exchange_n(&last_seen, &last, subs, false,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        count(&stats.flushes);
+    return subs & ((1u << (64 - KEY_PC_BITS)) - 1);
+}
+
+/* The walk proper.  A frame step with rule r:
+ *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
+ *     unchanged;  rsp = cfa.
+ * The first address (`pc`) is an exact one; every later one is a return
+ * address, looked up at ra - 1 so that a call at the very end of a
+ * function (a noreturn call) still finds its own FDE. */
+static int walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, void **frames, unsigned max)
+{
+    uint64_t gen = generation();
+    unsigned n = 0;
+    for (bool exact = true; n < max; exact = false) {
+        uintptr_t at = exact ? pc : pc - 1;
+        uint32_t r = gen == UINT64_MAX ? compute_rule(at) : rule_for(at, gen);
+        if (RULE_KIND(r) == RULE_END)
+            break;
+        if (RULE_KIND(r) != RULE_FRAME)
+            return -1;
+        uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
+        if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
+            return -1;
+        pc = *(const uintptr_t *)(cfa - 8);
+        if (RULE_RBP_SLOT(r))
+            rbp = *(const uintptr_t *)(cfa - 8 * RULE_RBP_SLOT(r));
+        sp = cfa;
+        if (pc == 0)
+            break;
+        frames[n++] = (void *)pc;
+    }
+    return (int)n;
+}
+
+#if defined(__x86_64__)
+__attribute__((noinline)) int unwind_capture(void **frames, unsigned max)
+{
+    count(&stats.captures);
+    /* Where this function is, and its rsp and rbp there: the CFI for that
+     * exact address says how to reach the caller. */
+    uintptr_t pc, sp, rbp;
+    __asm__ volatile("lea 0(%%rip), %0\n\t"
+                     "mov %%rsp, %1\n\t"
+                     "mov %%rbp, %2"
+                     : "=&r"(pc), "=&r"(sp), "=&r"(rbp));
+    int n = walk(pc, sp, rbp, frames, max);
+    if (n < 0)
+        count(&stats.gave_up);
+    return n;
+}
+#else
+/* Other architectures: no walker yet; stack.c uses backtrace(). */
+int unwind_capture(void **frames, unsigned max)
+{
+    (void)frames, (void)max, (void)walk;
+    count(&stats.captures);
+    count(&stats.gave_up);
+    return -1;
+}
+#endif
+
+void unwind_get_stats(struct unwind_stats *st)
+{
+    st->captures = __atomic_load_n(&stats.captures, __ATOMIC_RELAXED);
+    st->gave_up = __atomic_load_n(&stats.gave_up, __ATOMIC_RELAXED);
+    st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
+    st->flushes = __atomic_load_n(&stats.flushes, __ATOMIC_RELAXED);
+}

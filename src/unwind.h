@@ -1,0 +1,68 @@
+/*
+ * unwind.h: the stack walker behind every sample: the return addresses of
+ * the calling thread's frames, read with the programs' own DWARF call-frame
+ * information (.eh_frame), one cached rule per return address.
+ *
+ * Why not just backtrace(): libgcc's unwinder finds the FDE, parses its CIE
+ * and runs its CFA program again for every frame of every capture (about
+ * 90 ns a frame here; 85% of a sample's cost).  A given return address
+ * always unwinds the same way, so this walker reduces each one, once, to a
+ * rule of three numbers and caches it:
+ *
+ *     CFA = (rsp or rbp) + offset        caller's rsp = CFA
+ *     return address at CFA - 8          caller's rip
+ *     rbp unchanged, or saved at CFA - 8k
+ *
+ * which covers what compilers emit for ordinary functions on x86-64, with
+ * or without frame pointers.  A frame that needs more (a signal frame, a
+ * CFA expression, a CFA in another register, a realigned stack) makes
+ * unwind_capture() give up, and the caller uses backtrace() for that
+ * capture instead: the walker is a cache in front of libgcc, never a
+ * second opinion.  opt.prof_unwind:check compares every capture with
+ * backtrace() (prof.unwind_mismatches counts disagreements).
+ *
+ * The cache is global and lock-free: 4096 direct-mapped entries, each
+ * guarded by its own sequence number, so threads share what any of them
+ * learned and a torn entry is never used.  Rules are only valid while the
+ * code they describe stays loaded: every capture reads the loader's unload
+ * count (dl_iterate_phdr's dlpi_subs, 20 ns) and entries made before the
+ * last dlclose() no longer match.  A return address of code that has no
+ * FDE ends the stack, as it does for libgcc.
+ *
+ * Safety: the walker reads only stack memory its rules point at; a rule
+ * must move the CFA up by at least the return address and at most
+ * UNWIND_MAX_FRAME bytes, else the capture gives up.  It never allocates,
+ * takes no lock but the loader's (dl_iterate_phdr), and is called with no
+ * allocator lock held (stack.h).
+ */
+#ifndef SA_UNWIND_H
+#define SA_UNWIND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A frame larger than this is taken for a broken rule (and libgcc asked). */
+#define UNWIND_MAX_FRAME ((uintptr_t)1 << 20)
+
+/* The return addresses of the caller's frames, innermost first: the first
+ * is a return address into the function that called unwind_capture().
+ * Returns how many (at most `max`), or -1 if some frame cannot be unwound
+ * by a cached rule and the capture must be made another way. */
+int unwind_capture(void **frames, unsigned max);
+
+/* Counters for tests and statistics. */
+struct unwind_stats {
+    uint64_t captures;  /* unwind_capture() calls */
+    uint64_t gave_up;   /* of those, returned -1 */
+    uint64_t misses;    /* rules computed from .eh_frame (cache misses) */
+    uint64_t flushes;   /* times a dlclose() made every rule stale */
+};
+void unwind_get_stats(struct unwind_stats *st);
+
+/* The rule computed for one code address (`pc` itself, not a return
+ * address), for tests: false if there is none.  *outermost: the frame ends
+ * the stack; *cfa_rbp, *cfa_off, *rbp_slot (0: rbp unchanged) describe it. */
+bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
+                          uint32_t *rbp_slot);
+
+#endif

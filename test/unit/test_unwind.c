@@ -1,0 +1,357 @@
+/*
+ * test_unwind.c: the cached stack walker (src/unwind.h) must return exactly
+ * what libgcc's backtrace() returns, or give up so that backtrace() is used.
+ *
+ *   - frames of every common shape: rsp-based (plain recursion), rbp-based
+ *     (variable-length arrays), libc code without frame pointers calling
+ *     back (qsort, bsearch), threads, stacks deeper than the buffer;
+ *   - the same stacks again once the rule cache is warm, and from several
+ *     threads at once (the cache is shared and lock-free);
+ *   - frames it must not unwind itself: a signal frame and a frame larger
+ *     than UNWIND_MAX_FRAME make it give up, and stack_capture() then
+ *     still returns backtrace()'s stack;
+ *   - a library unloaded and another loaded in its place: rules cached for
+ *     the first must not be used for the second (dlpi_subs flush);
+ *   - the rules themselves at known addresses: a function's entry, _start.
+ *
+ * Both captures are taken in one function (capture_both), so their first
+ * entries are two different return addresses in it; every other entry must
+ * be equal.
+ */
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "prof.h"
+#include "stack.h"
+#include "unit.h"
+#include "unwind.h"
+
+#define MAXF 256
+
+struct both {
+    void *walk[MAXF], *ref[MAXF];
+    int nwalk, nref;
+};
+
+/* noipa: a real call with its own frame, never merged into its caller. */
+__attribute__((noipa)) static void capture_both(struct both *b)
+{
+    b->nwalk = unwind_capture(b->walk, MAXF);
+    b->nref = backtrace(b->ref, MAXF);
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
+}
+
+/* 0 if the walker's stack is backtrace()'s; else the first differing index
+ * (or -1 when the walker gave up). */
+static int compare(const struct both *b)
+{
+    if (b->nwalk < 0)
+        return -1;
+    if (b->nwalk != b->nref)
+        return b->nwalk < b->nref ? b->nwalk : b->nref;
+    for (int i = 1; i < b->nwalk; i++)
+        if (b->walk[i] != b->ref[i])
+            return i;
+    return 0;
+}
+
+static void assert_same_stack(const struct both *b, const char *what)
+{
+    int at = compare(b);
+    if (at != 0)
+        fail_msg("%s: walker (%d frames) and backtrace (%d frames) differ at %d: %p vs %p", what,
+                 b->nwalk, b->nref, at, at > 0 && at < b->nwalk ? b->walk[at] : NULL,
+                 at > 0 && at < b->nref ? b->ref[at] : NULL);
+    assert_true(b->nwalk > 2);
+}
+
+/* ---- frame shapes ---- */
+
+/* An opaque use of a result, so GCC cannot turn the recursion into a loop. */
+static inline int opaque(int x)
+{
+    __asm__ volatile("" : "+r"(x));
+    return x;
+}
+
+/* rsp-based frames: plain recursion (the compiler keeps no frame pointer). */
+__attribute__((noipa)) static int recurse_plain(int depth, struct both *b)
+{
+    if (depth == 0) {
+        capture_both(b);
+        return 1;
+    }
+    return opaque(recurse_plain(depth - 1, b)) + 1;
+}
+
+/* rbp-based frames: a variable-length array makes the compiler keep one. */
+__attribute__((noipa)) static int recurse_vla(int depth, struct both *b)
+{
+    volatile char buf[depth * 24 + 8];
+    buf[0] = (char)depth;
+    if (depth == 0) {
+        capture_both(b);
+        return buf[0];
+    }
+    return opaque(recurse_vla(depth - 1, b)) + buf[0];
+}
+
+/* Alternating shapes, so rbp must survive rsp-based frames in between. */
+__attribute__((noipa)) static int recurse_mixed(int depth, struct both *b);
+__attribute__((noipa)) static int mixed_vla(int depth, struct both *b)
+{
+    volatile char buf[depth * 8 + 16];
+    buf[1] = 1;
+    return opaque(recurse_mixed(depth - 1, b)) + buf[1];
+}
+
+__attribute__((noipa)) static int recurse_mixed(int depth, struct both *b)
+{
+    if (depth <= 0) {
+        capture_both(b);
+        return 0;
+    }
+    return depth % 2 ? opaque(mixed_vla(depth, b)) + 1 : opaque(recurse_mixed(depth - 1, b)) + 2;
+}
+
+static void test_unwind_matches_backtrace_for_every_frame_shape(void **state)
+{
+    (void)state;
+    struct both b;
+    for (int round = 0; round < 2; round++) { /* cold cache, then warm */
+        for (int depth = 0; depth < 40; depth += 3) {
+            recurse_plain(depth, &b);
+            assert_same_stack(&b, "plain recursion");
+            recurse_vla(depth, &b);
+            assert_same_stack(&b, "VLA recursion");
+            recurse_mixed(depth, &b);
+            assert_same_stack(&b, "mixed frames");
+        }
+    }
+}
+
+/* libc's own frames (built without frame pointers) between ours. */
+static struct both in_callback;
+static bool captured;
+
+static int compare_ints(const void *a, const void *b)
+{
+    if (!captured) {
+        capture_both(&in_callback);
+        captured = true;
+    }
+    return *(const int *)a - *(const int *)b;
+}
+
+static void test_unwind_matches_backtrace_through_libc_callbacks(void **state)
+{
+    (void)state;
+    int v[100];
+    for (int i = 0; i < 100; i++)
+        v[i] = (i * 37) % 101;
+    captured = false;
+    qsort(v, 100, sizeof(int), compare_ints);
+    assert_same_stack(&in_callback, "qsort callback");
+    captured = false;
+    int key = 50;
+    bsearch(&key, v, 100, sizeof(int), compare_ints);
+    assert_same_stack(&in_callback, "bsearch callback");
+}
+
+/* A stack deeper than the buffer: both stop at MAXF entries. */
+static void test_unwind_truncates_deep_stacks_like_backtrace(void **state)
+{
+    (void)state;
+    struct both b;
+    recurse_plain(MAXF + 50, &b);
+    assert_int_equal(b.nwalk, MAXF);
+    assert_same_stack(&b, "deep stack");
+}
+
+/* ---- threads ---- */
+
+#define THREADS 4
+#define ROUNDS 300
+
+static void *thread_walks(void *arg)
+{
+    long *bad = arg;
+    struct both b;
+    for (int i = 0; i < ROUNDS; i++) {
+        int depth = (i * 7) % 30;
+        if (i % 2)
+            recurse_vla(depth, &b);
+        else
+            recurse_mixed(depth, &b);
+        if (compare(&b) != 0) /* never assert off the main thread */
+            (*bad)++;
+    }
+    return NULL;
+}
+
+static void test_unwind_threads_share_the_cache(void **state)
+{
+    (void)state;
+    pthread_t t[THREADS];
+    long bad[THREADS] = {0};
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_walks, &bad[i]), 0);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(bad[i], 0);
+    }
+}
+
+/* ---- frames the walker must leave to libgcc ---- */
+
+static struct both in_handler;
+static unsigned in_handler_depth;
+static void *in_handler_frames[STACK_MAX_DEPTH];
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    capture_both(&in_handler);
+    in_handler_depth = stack_capture(in_handler_frames, STACK_MAX_DEPTH);
+}
+
+static void test_unwind_gives_up_on_signal_frames(void **state)
+{
+    (void)state;
+    struct sigaction sa = {.sa_handler = on_signal}, old;
+    sigaction(SIGUSR1, &sa, &old);
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    raise(SIGUSR1);
+    sigaction(SIGUSR1, &old, NULL);
+    unwind_get_stats(&after);
+    assert_int_equal(in_handler.nwalk, -1); /* the signal frame: libgcc's job */
+    assert_true(after.gave_up >= before.gave_up + 2);
+    /* stack_capture fell back: the handler, the trampoline, this test... */
+    assert_true(in_handler_depth >= 3);
+    void *self = (void *)test_unwind_gives_up_on_signal_frames;
+    bool found = false;
+    for (unsigned i = 0; i < in_handler_depth; i++)
+        found |= (char *)in_handler_frames[i] > (char *)self &&
+                 (char *)in_handler_frames[i] < (char *)self + 512;
+    assert_true(found);
+}
+
+__attribute__((noipa)) static void huge_frame(struct both *b)
+{
+    volatile char big[2 * UNWIND_MAX_FRAME];
+    big[0] = 1;
+    capture_both(b);
+    big[sizeof(big) - 1] = big[0];
+}
+
+static void *run_huge_frame(void *arg)
+{
+    huge_frame(arg);
+    return NULL;
+}
+
+static void test_unwind_gives_up_on_huge_frames(void **state)
+{
+    (void)state;
+    struct both b;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16u << 20);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, &attr, run_huge_frame, &b), 0);
+    pthread_join(t, NULL);
+    pthread_attr_destroy(&attr);
+    assert_int_equal(b.nwalk, -1);
+    assert_true(b.nref > 2);
+}
+
+/* ---- unloading ---- */
+
+typedef void (*lib_call_fn)(void (*fn)(void *), void *arg);
+
+static void capture_cb(void *arg) { capture_both(arg); }
+
+/* Loads `name` from TEST_BIN_DIR and captures through its function. */
+static void *through_library(const char *name, struct both *b, uintptr_t *at)
+{
+    const char *dir = getenv("TEST_BIN_DIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir ? dir : "test/bin", name);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", path, dlerror());
+    lib_call_fn call = (lib_call_fn)dlsym(h, "unwind_lib_call");
+    assert_non_null(call);
+    *at = (uintptr_t)call;
+    call(capture_cb, b);
+    return h;
+}
+
+static void test_unwind_forgets_rules_of_unloaded_code(void **state)
+{
+    (void)state;
+    struct both b;
+    uintptr_t at_a, at_b;
+    struct unwind_stats before, after;
+    for (int i = 0; i < 3; i++) {
+        void *h = through_library("libunwind_a.so", &b, &at_a);
+        assert_same_stack(&b, "through library a");
+        void *again = through_library("libunwind_a.so", &b, &at_a); /* cached rules */
+        assert_same_stack(&b, "through library a, cached");
+        dlclose(again);
+        dlclose(h);
+        unwind_get_stats(&before);
+        /* Often mapped where a was: a's cached rules would be wrong here. */
+        h = through_library("libunwind_b.so", &b, &at_b);
+        unwind_get_stats(&after);
+        assert_same_stack(&b, "through library b after a was unloaded");
+        assert_true(after.flushes > before.flushes);
+        fprintf(stderr, "# round %d: b loaded %s a's address\n", i, at_a == at_b ? "at" : "away from");
+        dlclose(h);
+    }
+}
+
+/* ---- rules ---- */
+
+extern char _start[];
+
+static void test_unwind_rules_at_known_addresses(void **state)
+{
+    (void)state;
+    bool outermost, cfa_rbp;
+    uint32_t cfa_off, rbp_slot;
+    /* At any function's first instruction: CFA = rsp + 8, rbp untouched. */
+    assert_true(unwind_rule_for_test((uintptr_t)recurse_plain, &outermost, &cfa_rbp, &cfa_off,
+                                     &rbp_slot));
+    assert_false(outermost);
+    assert_false(cfa_rbp);
+    assert_int_equal(cfa_off, 8);
+    assert_int_equal(rbp_slot, 0);
+    /* _start marks the outermost frame (its return address is undefined). */
+    assert_true(unwind_rule_for_test((uintptr_t)_start + 4, &outermost, &cfa_rbp, &cfa_off,
+                                     &rbp_slot));
+    assert_true(outermost);
+    /* Code without unwind information ends the stack too. */
+    static const unsigned char not_code[16];
+    assert_true(unwind_rule_for_test((uintptr_t)not_code, &outermost, &cfa_rbp, &cfa_off,
+                                     &rbp_slot));
+    assert_true(outermost);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unwind_matches_backtrace_for_every_frame_shape),
+        cmocka_unit_test(test_unwind_matches_backtrace_through_libc_callbacks),
+        cmocka_unit_test(test_unwind_truncates_deep_stacks_like_backtrace),
+        cmocka_unit_test(test_unwind_threads_share_the_cache),
+        cmocka_unit_test(test_unwind_gives_up_on_signal_frames),
+        cmocka_unit_test(test_unwind_gives_up_on_huge_frames),
+        cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
+        cmocka_unit_test(test_unwind_rules_at_known_addresses),
+    };
+    return cmocka_run_group_tests_name("unwind", tests, NULL, NULL);
+}
