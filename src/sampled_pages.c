@@ -104,9 +104,11 @@ static void maybe_decay(void)
     uintptr_t addr[SLOTS];
     size_t pages[SLOTS], n = 0;
     uint64_t now = os_now_ns(), decay_ns = (uint64_t)decay_ms * 1000000u;
+    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
     sa_lock(&lock);
-    if (now >= next_decay_check && dirty) {
-        uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    /* A check scheduled further out than one step was scheduled under a
+     * longer decay time (dirty_decay_ms changed): do it now. */
+    if ((now >= next_decay_check || next_decay_check - now > step) && dirty) {
         next_decay_check = now + step;
         if (now > decay_ns)
             n = take_dirty_locked(now - decay_ns, addr, pages, SLOTS);

@@ -1,0 +1,169 @@
+/*
+ * test_sampled_pages.c: the cache of sampled allocations' mappings
+ * (src/sampled_pages.h).
+ *
+ *   - a freed mapping comes back, unpurged, to the next sample of its
+ *     length: same address, not known to be zero, contents kept;
+ *   - with dirty_decay_ms:0 it is purged on the way in (reads as zero);
+ *   - sampled_pages_purge() (malloc_trim) purges every kept mapping and the
+ *     dirty count goes to zero;
+ *   - a kept mapping idle longer than the decay time is purged by a later
+ *     put;
+ *   - the cache is bounded: per length, in bytes, and in mapping length.
+ */
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sampled_pages.h"
+#include "unit.h"
+
+#define LEN (4 * SA_PAGE_SIZE)
+
+static long saved_decay;
+
+static int setup(void **state)
+{
+    (void)state;
+    saved_decay = pageheap_decay_ms();
+    sampled_pages_purge();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(saved_decay);
+    return 0;
+}
+
+/* Resident OS pages of [p, p + len), from mincore(2). */
+static size_t resident_pages(void *p, size_t len)
+{
+    unsigned char vec[LEN / 4096 + 1];
+    assert_true(len / os_page_size() <= sizeof(vec));
+    assert_int_equal(mincore(p, len, vec), 0);
+    size_t n = 0;
+    for (size_t i = 0; i < len / os_page_size(); i++)
+        n += vec[i] & 1;
+    return n;
+}
+
+static void test_sampled_pages_reused_unpurged(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    bool zeroed;
+    char *p = sampled_pages_get(LEN, 16, &zeroed);
+    assert_non_null(p);
+    assert_true(zeroed);
+    memset(p, 0xab, LEN);
+    size_t dirty = sampled_pages_dirty();
+    sampled_pages_put(p, LEN);
+    assert_int_equal(sampled_pages_dirty(), dirty + LEN);
+    char *q = sampled_pages_get(LEN, 16, &zeroed);
+    assert_ptr_equal(q, p);
+    assert_false(zeroed); /* calloc must clear it */
+    assert_int_equal((unsigned char)q[LEN - 1], 0xab);
+    assert_int_equal(resident_pages(q, LEN), LEN / os_page_size()); /* no refault */
+    assert_int_equal(sampled_pages_dirty(), dirty);
+    sampled_pages_put(q, LEN);
+}
+
+static void test_sampled_pages_decay_zero_purges_at_once(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(0);
+    bool zeroed;
+    char *p = sampled_pages_get(LEN, 16, &zeroed);
+    memset(p, 0xcd, LEN);
+    sampled_pages_put(p, LEN);
+    assert_int_equal(sampled_pages_dirty(), 0);
+    char *q = sampled_pages_get(LEN, 16, &zeroed);
+    assert_ptr_equal(q, p);
+    assert_true(zeroed);
+    assert_int_equal(resident_pages(q, LEN), 0);
+    assert_int_equal(q[100], 0);
+    sampled_pages_put(q, LEN);
+}
+
+static void test_sampled_pages_purge_empties_the_dirty_cache(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(-1); /* only an explicit purge */
+    bool zeroed;
+    char *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = sampled_pages_get(LEN, 16, &zeroed);
+        memset(p[i], 1, LEN);
+    }
+    for (int i = 0; i < 3; i++)
+        sampled_pages_put(p[i], LEN);
+    assert_true(sampled_pages_dirty() >= 3 * LEN);
+    assert_true(sampled_pages_purge() >= 3 * LEN);
+    assert_int_equal(sampled_pages_dirty(), 0);
+    assert_true(sampled_pages_cached() >= 3 * LEN);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(resident_pages(p[i], LEN), 0);
+}
+
+static void test_sampled_pages_idle_mappings_decay(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(40);
+    bool zeroed;
+    char *p = sampled_pages_get(LEN, 16, &zeroed);
+    char *other = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed);
+    memset(p, 1, LEN);
+    sampled_pages_put(p, LEN);
+    assert_int_equal(sampled_pages_dirty(), LEN);
+    struct timespec nap = {0, 150 * 1000000L};
+    nanosleep(&nap, NULL);
+    sampled_pages_put(other, SA_PAGE_SIZE); /* any later put decays */
+    assert_int_equal(sampled_pages_dirty(), SA_PAGE_SIZE);
+    assert_int_equal(resident_pages(p, LEN), 0);
+}
+
+static void test_sampled_pages_cache_is_bounded(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    sampled_pages_purge();
+    size_t before = sampled_pages_cached();
+    enum { N = 40 };
+    void *p[N];
+    bool zeroed;
+    for (int i = 0; i < N; i++)
+        p[i] = sampled_pages_get(LEN, 16, &zeroed);
+    for (int i = 0; i < N; i++)
+        sampled_pages_put(p[i], LEN);
+    /* At most 16 mappings of one length are kept; the rest are unmapped. */
+    assert_true(sampled_pages_cached() - before <= 16 * LEN);
+    /* Longer than SAMPLED_CACHE_MAX_PAGES: never kept. */
+    size_t big = (SAMPLED_CACHE_MAX_PAGES + 1) * SA_PAGE_SIZE, cached = sampled_pages_cached();
+    void *b = sampled_pages_get(big, 16, &zeroed);
+    assert_true(zeroed);
+    sampled_pages_put(b, big);
+    assert_int_equal(sampled_pages_cached(), cached);
+    /* 8 MiB in all, across lengths. */
+    for (size_t pages = 1; pages <= SAMPLED_CACHE_MAX_PAGES; pages++) {
+        void *q[16];
+        for (int i = 0; i < 16; i++)
+            q[i] = sampled_pages_get(pages * SA_PAGE_SIZE, 16, &zeroed);
+        for (int i = 0; i < 16; i++)
+            sampled_pages_put(q[i], pages * SA_PAGE_SIZE);
+    }
+    assert_true(sampled_pages_cached() <= (size_t)8 << 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sampled_pages_reused_unpurged),
+        cmocka_unit_test(test_sampled_pages_decay_zero_purges_at_once),
+        cmocka_unit_test(test_sampled_pages_purge_empties_the_dirty_cache),
+        cmocka_unit_test(test_sampled_pages_idle_mappings_decay),
+        cmocka_unit_test(test_sampled_pages_cache_is_bounded),
+    };
+    return cmocka_run_group_tests_name("sampled pages", tests, setup, teardown);
+}
