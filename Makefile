@@ -196,30 +196,42 @@ run: all tools
 	@echo "flame graph: build/demo.svg"
 
 # ---- benchmarks ----
-# C bodies; bench/bench_core.cc registers them with google benchmark.  No
-# allocator is linked: the scripts swap allocators with LD_PRELOAD.
+# C bodies (bench/bodies_*.c); bench/bench_core.cc registers them with google
+# benchmark.  No allocator is linked: the scripts swap allocators with
+# LD_PRELOAD, so every allocator runs the same code.  -fno-builtin-*: the
+# compiler must not delete or merge the allocation calls we measure.
 BENCH_C      := $(filter-out bench/callgrind_pair.c,$(wildcard bench/*.c))
 BENCH_OBJS   := $(BENCH_C:bench/%.c=build/bench/%.o)
-BENCH_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fno-builtin-malloc -fno-builtin-free
+BENCH_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -pthread \
+                -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc
+BENCH_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread
 
-build/bench/%.o: bench/%.c bench/bench_bodies.h | build/bench
+build/bench/%.o: bench/%.c bench/bench_bodies.h bench/bench_util.h | build/bench
 	$(CC) $(BENCH_CFLAGS) -c $< -o $@
 
 bench/bin/bench_core: bench/bench_core.cc bench/bench_bodies.h $(BENCH_OBJS) | bench/bin
-	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -o $@ $< $(BENCH_OBJS) -lbenchmark -lpthread
+	$(CXX) $(BENCH_CXXFLAGS) -o $@ $< $(BENCH_OBJS) -lbenchmark -lpthread
+
+bench/bin/cxx_workload: bench/cxx_workload.cc | bench/bin
+	$(CXX) $(BENCH_CXXFLAGS) -o $@ $<
 
 bench/bin/callgrind_pair: bench/callgrind_pair.c | bench/bin
 	$(CC) $(BENCH_CFLAGS) -o $@ $<
 
-bench: bench/bin/bench_core bench/bin/callgrind_pair
+bench: bench/bin/bench_core bench/bin/cxx_workload bench/bin/callgrind_pair
 
-bench-compare: all bench/bin/bench_core
+bench-compare: all bench/bin/bench_core bench/bin/cxx_workload
 	bash bench/compare.sh
+
+# Every benchmark once under salloc, tiny min time: fails on any crash,
+# error or missing benchmark (a quick check, not a measurement).
+bench-smoke: all bench/bin/bench_core bench/bin/cxx_workload
+	bash bench/smoke.sh
 
 bench-callgrind: all bench/bin/callgrind_pair
 	bash bench/callgrind.sh
 
-.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-callgrind tools run
+.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-smoke bench-callgrind tools run
 
 # ---- install ----
 install: all

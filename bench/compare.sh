@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# compare.sh: run bench/bin/bench_core under salloc, glibc, jemalloc, tcmalloc
-# and mimalloc (swapped in with LD_PRELOAD; glibc = nothing preloaded) and
-# print one table: median ns per malloc+free for each allocator, the ratios
-# salloc/X, a geometric-mean row, and each allocator's peak RSS.
+# compare.sh: salloc against glibc, jemalloc, tcmalloc and mimalloc, on every
+# benchmark of bench/bin/bench_core and on bench/bin/cxx_workload, and what
+# salloc's sampling costs (salloc vs salloc-noprof).  `make bench-compare`.
 #
-# The machine is shared and noisy, so runs are INTERLEAVED (round 1: every
-# allocator, round 2: every allocator, ...; the starting allocator rotates
-# each round) and every number is a MEDIAN over rounds.  Times are google
-# benchmark's cpu_time (process CPU time, so user+sys, not wall clock).
+# Method.  Each benchmark runs in its OWN process (--benchmark_filter of its
+# exact name), under each configuration (LD_PRELOAD, plus its options), so
+# every run has its own peak RSS (/usr/bin/time -f %M of that process).  The
+# machine is shared and noisy, so runs are INTERLEAVED: round r runs every
+# benchmark under every configuration, the configuration order rotating
+# each round; every number printed is a MEDIAN over the rounds.  Times are
+# wall-clock (real) time per operation, as bench_core reports them.
 #
-# usage: bench/compare.sh [-r ROUNDS] [-t MIN_TIME] [-f REGEX] [-o DIR]
+# Output (stdout): a header (machine, library versions), then
+#   1. per benchmark, median ns per operation for each configuration;
+#      salloc/best = salloc / min(jemalloc, tcmalloc, mimalloc) (below 1:
+#      salloc is faster than all three); prof on/off = salloc /
+#      salloc-noprof (the cost of sampling); rss salloc/mimalloc = peak RSS
+#      ratio; then a geomean row (each column, over all benchmarks) and a
+#      spread row (per configuration, the median over benchmarks of
+#      (max-min)/median across rounds: differences smaller than this are
+#      noise);
+#   2. peak RSS (MiB) per benchmark and configuration;
+#   3. the benchmarks' own counters (shared_lines, rss_peak_mib, ...).
+# A run that crashes or fails shows as FAIL, is listed at the end, and makes
+# the exit status 1 (the tables are still printed).
+#
+# usage: bench/compare.sh [-r ROUNDS] [-t MIN_TIME] [-f REGEX] [-o DIR] [-m FILE]
 #   -r N      rounds (env ROUNDS, default 5)
-#   -t SEC    --benchmark_min_time per benchmark (env MIN_TIME, default 0.1)
-#   -f REGEX  --benchmark_filter (env FILTER, default: all)
-#   -o DIR    keep each run's JSON and peak RSS in DIR (env KEEP)
-# env: BENCH_BIN (default bench/bin/bench_core), SALLOC_LIB (default
-#   lib/libsalloc.so), ALLOCATORS (default "salloc glibc jemalloc tcmalloc
-#   mimalloc"), JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB.
+#   -t SEC    --benchmark_min_time per run (env MIN_TIME, default 0.1)
+#   -f REGEX  only benchmarks whose name (pair/16, cxx_workload, ...) matches
+#             (python re.search; env FILTER, default: all)
+#   -o DIR    keep every run's JSON, stdout/stderr and peak RSS in DIR (env KEEP)
+#   -m FILE   also write the tables as markdown to FILE (env MARKDOWN)
+# env: CONFIGS (default "salloc salloc-noprof glibc jemalloc tcmalloc
+#   mimalloc"; also known: jemalloc-prof = jemalloc with MALLOC_CONF=prof:true,
+#   which adds a "jemalloc prof on/off" column), SALLOC_LIB (default
+#   lib/libsalloc.so), JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB, BENCH_BIN,
+#   CXX_WORKLOAD_BIN.  A configuration whose library is missing is skipped
+#   with a message.
+#
+# Time: 6 configurations x 39 benchmarks x ROUNDS runs; the defaults take
+# about 6 minutes on a 2-core machine (about 70 s per round).  ROUNDS=1
+# MIN_TIME=0.02, a smoke test of the whole pipeline, about 40 seconds.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,148 +49,327 @@ ROUNDS=${ROUNDS:-5}
 MIN_TIME=${MIN_TIME:-0.1}
 FILTER=${FILTER:-}
 KEEP=${KEEP:-}
-BENCH_BIN=${BENCH_BIN:-$root/bench/bin/bench_core}
-ALLOCATORS=${ALLOCATORS:-salloc glibc jemalloc tcmalloc mimalloc}
-multiarch=/usr/lib/x86_64-linux-gnu
-declare -A LIB=(
-    [glibc]=""
-    [salloc]=${SALLOC_LIB:-$root/lib/libsalloc.so}
-    [jemalloc]=${JEMALLOC_LIB:-$multiarch/libjemalloc.so.2}
-    [tcmalloc]=${TCMALLOC_LIB:-$multiarch/libtcmalloc_minimal.so.4}
-    [mimalloc]=${MIMALLOC_LIB:-$multiarch/libmimalloc.so.2}
-)
+MARKDOWN=${MARKDOWN:-}
 
-die() { echo "compare.sh: $*" >&2; exit 1; }
-while getopts "r:t:f:o:h" opt; do
+die() { echo "compare.sh: $*" >&2; exit 2; }
+while getopts "r:t:f:o:m:h" opt; do
     case $opt in
         r) ROUNDS=$OPTARG ;;
         t) MIN_TIME=$OPTARG ;;
         f) FILTER=$OPTARG ;;
         o) KEEP=$OPTARG ;;
+        m) MARKDOWN=$OPTARG ;;
         *) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
     esac
 done
+shift $((OPTIND - 1))
+(($# == 0)) || die "unexpected argument '$1' (see -h)"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "rounds must be a positive integer, got '$ROUNDS'"
-command -v python3 >/dev/null || die "python3 is required (runs the benchmark, parses its JSON)"
+[[ $MIN_TIME =~ ^[0-9]*\.?[0-9]+$ ]] || die "min time must be a number of seconds, got '$MIN_TIME'"
+command -v python3 >/dev/null || die "python3 is required (runs the benchmarks, parses their JSON)"
+
+export ROOT=$root ROUNDS MIN_TIME FILTER KEEP MARKDOWN
+export BENCH_BIN=${BENCH_BIN:-$root/bench/bin/bench_core}
+export CXX_WORKLOAD_BIN=${CXX_WORKLOAD_BIN:-$root/bench/bin/cxx_workload}
+export CONFIGS=${CONFIGS:-salloc salloc-noprof glibc jemalloc tcmalloc mimalloc}
+multiarch=/usr/lib/x86_64-linux-gnu
+export SALLOC_LIB=${SALLOC_LIB:-$root/lib/libsalloc.so}
+export JEMALLOC_LIB=${JEMALLOC_LIB:-$multiarch/libjemalloc.so.2}
+export TCMALLOC_LIB=${TCMALLOC_LIB:-$multiarch/libtcmalloc_minimal.so.4}
+export MIMALLOC_LIB=${MIMALLOC_LIB:-$multiarch/libmimalloc.so.2}
 [[ -x $BENCH_BIN ]] || die "$BENCH_BIN not found: build it with 'make bench'"
+[[ -x $CXX_WORKLOAD_BIN ]] || die "$CXX_WORKLOAD_BIN not found: build it with 'make bench'"
 
-# Keep the allocators whose library exists; say clearly which are skipped.
-allocs=()
-for a in $ALLOCATORS; do
-    [[ -v LIB[$a] ]] || die "unknown allocator '$a' (known: ${!LIB[*]})"
-    lib=${LIB[$a]}
-    if [[ -n $lib && ! -e $lib ]]; then
-        hint=""
-        [[ $a == salloc ]] && hint=" (build it with 'make')"
-        echo "compare.sh: skipping $a: $lib not found$hint" >&2
-        continue
-    fi
-    allocs+=("$a")
-done
-((${#allocs[@]} > 0)) || die "no allocator left to run"
+exec python3 - <<'PY'
+import json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time
 
-if [[ -n $KEEP ]]; then
-    mkdir -p "$KEEP" && out=$KEEP
-else
-    out=$(mktemp -d) && trap 'rm -rf "$out"' EXIT
-fi
+E = os.environ
+ROOT, ROUNDS, MIN_TIME = E["ROOT"], int(E["ROUNDS"]), E["MIN_TIME"]
+FILTER, KEEP, MARKDOWN = E["FILTER"], E["KEEP"], E["MARKDOWN"]
+BENCH_BIN, CXX_BIN = E["BENCH_BIN"], E["CXX_WORKLOAD_BIN"]
+CXX_ROW = "cxx_workload"
+RUN_TIMEOUT = 600    # seconds; a hung run counts as a failure
+TIME_BIN = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
-# One run: LD_PRELOAD=lib bench --benchmark_out=json, plus the peak RSS
-# (KiB) of the benchmark process, from /usr/bin/time -f %M.  Fallback without
-# it: python's getrusage(RUSAGE_CHILDREN), which over-reports: Linux keeps the
-# spawning process's high-water mark across exec, so python's own ~10 MiB
-# shows up as a floor.  A library ld.so refuses to preload would silently
-# leave glibc in place, so that warning is an error here.
-TIME_BIN=/usr/bin/time
-[[ -x $TIME_BIN ]] || { TIME_BIN=""; echo "compare.sh: no /usr/bin/time:" \
-    "peak RSS from python's getrusage, floor ~10 MiB (python's own)" >&2; }
-run_one() {  # name lib json rss
-    python3 - "$@" "$TIME_BIN" "$BENCH_BIN" --benchmark_min_time="$MIN_TIME" \
-        ${FILTER:+--benchmark_filter="$FILTER"} --benchmark_out="$3" \
-        --benchmark_out_format=json <<'PY'
-import os, resource, subprocess, sys
-name, lib, json_path, rss_path, time_bin, *cmd = sys.argv[1:]
-env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-if lib:   # preload into the benchmark only, not into time
-    cmd = ["env", f"LD_PRELOAD={lib}", *cmd]
-if time_bin:
-    cmd = [time_bin, "-f", "%M", "-o", rss_path, *cmd]
-p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, text=True)
-if p.returncode != 0 or "cannot be preloaded" in p.stderr:
-    sys.exit(f"compare.sh: {name} run failed (exit {p.returncode}):\n{p.stderr}")
-if not time_bin:
-    with open(rss_path, "w") as f:
-        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=f)
-PY
+def say(msg):
+    print(f"compare.sh: {msg}", file=sys.stderr, flush=True)
+
+# ---- configurations: name -> library to preload, extra environment ----
+KNOWN = {
+    "salloc":        (E["SALLOC_LIB"], {}),
+    "salloc-noprof": (E["SALLOC_LIB"], {"SALLOC_CONF": "prof:false"}),
+    "glibc":         ("", {}),
+    "jemalloc":      (E["JEMALLOC_LIB"], {}),
+    "jemalloc-prof": (E["JEMALLOC_LIB"], {"MALLOC_CONF": "prof:true"}),
+    "tcmalloc":      (E["TCMALLOC_LIB"], {}),
+    "mimalloc":      (E["MIMALLOC_LIB"], {}),
 }
+configs = []
+for c in E["CONFIGS"].split():
+    if c not in KNOWN:
+        sys.exit(f"compare.sh: unknown configuration '{c}' (known: {' '.join(KNOWN)})")
+    lib = KNOWN[c][0]
+    if lib and not os.path.exists(lib):
+        hint = " (build it with 'make')" if c.startswith("salloc") else ""
+        say(f"skipping {c}: {lib} not found{hint}")
+        continue
+    configs.append(c)
+if not configs:
+    sys.exit("compare.sh: no configuration left to run")
 
-n=${#allocs[@]}
-for ((r = 1; r <= ROUNDS; r++)); do
-    for ((i = 0; i < n; i++)); do
-        a=${allocs[(i + r - 1) % n]}
-        echo "compare.sh: round $r/$ROUNDS: $a" >&2
-        run_one "$a" "${LIB[$a]}" "$out/$a.$r.json" "$out/$a.$r.rss"
-    done
-done
+# ---- the benchmarks: names as bench_core lists them, shown without the
+# suffixes google benchmark appends ----
+SUFFIX = re.compile(r"(/(real_time|manual_time|process_time|iterations:\d+|"
+                    r"min_time:[0-9.]+|repeats:\d+|threads:\d+))+$")
+listed = subprocess.run([BENCH_BIN, "--benchmark_list_tests"], check=True,
+                        capture_output=True, text=True).stdout.split()
+full_name = {SUFFIX.sub("", n): n for n in listed}
+benches = [b for b in list(full_name) + [CXX_ROW] if re.search(FILTER, b)]
+if not benches:
+    sys.exit(f"compare.sh: no benchmark matches '{FILTER}'")
 
-python3 - "$out" "$ROUNDS" "${allocs[@]}" <<'PY'
-import json, math, statistics, sys
-out, rounds, allocs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+def ere_escape(name):   # google benchmark's filter is a POSIX extended regex
+    return re.sub(r"([.\[\]{}()\\*+?^$|])", r"\\\1", name)
 
-times = {}   # (alloc, bench) -> [ns per malloc+free, one per round]
-order = []   # benchmark names, in the binary's order
-for a in allocs:
-    for r in range(1, rounds + 1):
-        with open(f"{out}/{a}.{r}.json") as f:
-            for b in json.load(f)["benchmarks"]:
-                if b.get("run_type", "iteration") != "iteration":
-                    continue
-                if b["name"] not in order:
-                    order.append(b["name"])
-                ns = b["cpu_time"] * TO_NS[b.get("time_unit", "ns")]
-                times.setdefault((a, b["name"]), []).append(ns)
-med = {k: statistics.median(v) for k, v in times.items()}
+out = KEEP or tempfile.mkdtemp(prefix="salloc-compare.")
+os.makedirs(out, exist_ok=True)
+
+# ---- one run: returns (ns per op, peak RSS KiB, counters) or an error ----
+def env_for(config):
+    lib, extra = KNOWN[config]
+    env = {k: v for k, v in E.items()
+           if k not in ("LD_PRELOAD", "SALLOC_CONF", "MALLOC_CONF")}
+    return lib, {**env, **extra}
+
+def run(config, bench, r):
+    lib, env = env_for(config)
+    stem = os.path.join(out, f"{bench.replace('/', '_')}.{config}.{r}")
+    if bench == CXX_ROW:
+        cmd = [CXX_BIN]
+    else:
+        cmd = [BENCH_BIN, f"--benchmark_filter=^{ere_escape(full_name[bench])}$",
+               f"--benchmark_min_time={MIN_TIME}", f"--benchmark_out={stem}.json",
+               "--benchmark_out_format=json"]
+    if lib:   # preloaded into the measured program only, not into time
+        cmd = ["env", f"LD_PRELOAD={lib}", *cmd]
+    if TIME_BIN:
+        cmd = [TIME_BIN, "-f", "%M", "-o", f"{stem}.rss", *cmd]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return f"hung (killed after {RUN_TIMEOUT} s)"
+    with open(f"{stem}.log", "w") as f:
+        f.write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        return f"exit status {p.returncode}: {p.stderr.strip()[-300:]}"
+    if "cannot be preloaded" in p.stderr:
+        return "ld.so refused the preload"
+    rss = None
+    if TIME_BIN:
+        rss = int(open(f"{stem}.rss").read().split()[-1])
+    if bench == CXX_ROW:
+        m = re.match(r"checksum (\d+) elapsed_ms ([0-9.]+)", p.stdout)
+        if not m:
+            return f"unexpected output {p.stdout[:100]!r}"
+        return float(m.group(2)) * 1e6, rss, {"checksum": int(m.group(1))}
+    with open(f"{stem}.json") as f:
+        rows = [b for b in json.load(f)["benchmarks"]
+                if b.get("run_type", "iteration") == "iteration"]
+    if len(rows) != 1:
+        return f"{len(rows)} results in the JSON (expected 1)"
+    b = rows[0]
+    if b.get("error_occurred"):
+        return f"error: {b.get('error_message')}"
+    to_ns = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+    standard = {"name", "family_index", "per_family_instance_index", "run_name",
+                "run_type", "repetitions", "repetition_index", "threads",
+                "iterations", "real_time", "cpu_time", "time_unit", "label",
+                "error_occurred", "error_message", "bytes_per_second",
+                "items_per_second", "aggregate_name", "aggregate_unit"}
+    counters = {k: v for k, v in b.items()
+                if k not in standard and isinstance(v, (int, float))}
+    return b["real_time"] * to_ns, rss, counters
+
+# ---- the interleaved runs ----
+times, rss, counters, failures = {}, {}, {}, []
+started = time.monotonic()
+n = len(configs)
+for r in range(1, ROUNDS + 1):
+    order = [configs[(i + r - 1) % n] for i in range(n)]
+    say(f"round {r}/{ROUNDS} ({len(benches)} benchmarks x {n} configurations, "
+        f"order {' '.join(order)}; {time.monotonic() - started:.0f} s so far)")
+    for bench in benches:
+        for config in order:
+            res = run(config, bench, r)
+            if isinstance(res, str):
+                failures.append((bench, config, r, res))
+                say(f"FAIL {bench} under {config} (round {r}): {res}")
+                continue
+            ns, kib, ctr = res
+            times.setdefault((bench, config), []).append(ns)
+            if kib is not None:
+                rss.setdefault((bench, config), []).append(kib)
+            for k, v in ctr.items():
+                counters.setdefault((bench, k), {}).setdefault(config, []).append(v)
+elapsed = time.monotonic() - started
+
+# cxx_workload computes the same checksum on every allocator, or one is wrong.
+sums = {c: set(counters.pop((CXX_ROW, "checksum"), {}).get(c, [])) for c in configs}
+if len(set().union(*sums.values())) > 1:
+    failures.append((CXX_ROW, "-", "-", f"checksums differ: {sums}"))
+
+# ---- the tables ----
+def med(d, key):
+    v = d.get(key)
+    return statistics.median(v) if v else None
+
 def gmean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
-base = "salloc" if "salloc" in allocs else None
-others = [a for a in allocs if a != base] if base else []
-head = ["benchmark"] + [f"{a} ns" for a in allocs] + [f"{base}/{o}" for o in others]
-rows = []
-for b in order:
-    row = [b] + [f"{med[a, b]:.2f}" for a in allocs]
-    row += [f"{med[base, b] / med[o, b]:.3f}" for o in others]
-    rows.append(row)
-g = {a: gmean([med[a, b] for b in order]) for a in allocs}
-rows.append(["geomean"] + [f"{g[a]:.2f}" for a in allocs]
-            + [f"{g[base] / g[o]:.3f}" for o in others])
-# Noise indicator: per allocator, the median over benchmarks of the spread
-# (max-min)/median across rounds.  Ratios closer to 1 than this are noise.
-spread = {a: statistics.median((max(times[a, b]) - min(times[a, b])) / med[a, b]
-                               for b in order) for a in allocs}
-rows.append(["spread"] + [f"{100 * spread[a]:.1f}%" for a in allocs] + [""] * len(others))
-rss = {}
-for a in allocs:
-    kib = [int(open(f"{out}/{a}.{r}.rss").read()) for r in range(1, rounds + 1)]
-    rss[a] = (statistics.median(kib), max(kib))
-rows.append(["peak RSS MiB"] + [f"{rss[a][0] / 1024:.1f}" for a in allocs]
-            + [f"{rss[base][0] / rss[o][0]:.3f}" for o in others])
+def ratio(a, b):
+    return a / b if a is not None and b else None
 
-w = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-fmt = lambda r: "  ".join(c.ljust(w[0]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
-print(f"ns per malloc+free (cpu time), median of {rounds} interleaved rounds; "
-      "ratio < 1: salloc faster/smaller" if base else
-      f"ns per malloc+free (cpu time), median of {rounds} interleaved rounds "
-      "(salloc not run: no ratio columns)")
-print(fmt(head))
-print("  ".join("-" * x for x in w))
-for r in rows[:len(order)]:
-    print(fmt(r))
-print("  ".join("-" * x for x in w))
-for r in rows[len(order):]:
-    print(fmt(r))
-print("peak RSS: median over rounds of each run's maximum resident set "
-      "(the whole benchmark process)")
+t = {(b, c): med(times, (b, c)) for b in benches for c in configs}
+m = {(b, c): med(rss, (b, c)) for b in benches for c in configs}
+rivals = [c for c in ("jemalloc", "tcmalloc", "mimalloc") if c in configs]
+ratio_cols = []   # (title, function of benchmark -> value)
+if "salloc" in configs and rivals:
+    def best(b):
+        v = [t[b, c] for c in rivals if t[b, c] is not None]
+        return ratio(t[b, "salloc"], min(v)) if v else None
+    ratio_cols.append(("salloc/best", best))
+if "salloc" in configs and "salloc-noprof" in configs:
+    ratio_cols.append(("prof on/off", lambda b: ratio(t[b, "salloc"], t[b, "salloc-noprof"])))
+if "jemalloc" in configs and "jemalloc-prof" in configs:
+    ratio_cols.append(("jemalloc prof on/off",
+                       lambda b: ratio(t[b, "jemalloc-prof"], t[b, "jemalloc"])))
+if "salloc" in configs and "mimalloc" in configs and TIME_BIN:
+    ratio_cols.append(("rss salloc/mimalloc", lambda b: ratio(m[b, "salloc"], m[b, "mimalloc"])))
+
+def fmt_time(b, ns):
+    if ns is None:
+        return "FAIL"
+    v = ns / 1e6 if b == CXX_ROW else ns
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+def fmt_ratio(x):
+    return "-" if x is None else f"{x:.3f}"
+
+def label(b):
+    return f"{b} (ms)" if b == CXX_ROW else b
+
+time_head = ["benchmark"] + configs + [title for title, _ in ratio_cols]
+time_rows = [[label(b)] + [fmt_time(b, t[b, c]) for c in configs]
+             + [fmt_ratio(f(b)) for _, f in ratio_cols] for b in benches]
+time_foot = [["geomean"] + [fmt_time(None, gmean([t[b, c] for b in benches])) for c in configs]
+             + [fmt_ratio(gmean([f(b) for b in benches])) for _, f in ratio_cols]]
+def spread(c):
+    s = [(max(times[b, c]) - min(times[b, c])) / statistics.median(times[b, c])
+         for b in benches if times.get((b, c))]
+    return f"{100 * statistics.median(s):.1f}%" if s else "-"
+time_foot.append(["spread"] + [spread(c) for c in configs] + [""] * len(ratio_cols))
+
+rss_head = ["benchmark"] + configs
+rss_rows = [[b] + ["FAIL" if m[b, c] is None else f"{m[b, c] / 1024:.1f}" for c in configs]
+            for b in benches] if TIME_BIN else []
+
+ctr_head = ["benchmark: counter"] + configs
+ctr_rows = []
+for (b, k), per in sorted(counters.items(), key=lambda kv: (benches.index(kv[0][0]), kv[0][1])):
+    cells = [f"{statistics.median(per[c]):.4g}" if per.get(c) else "-" for c in configs]
+    ctr_rows.append([f"{b}: {k}"] + cells)
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+def version(config):
+    lib = KNOWN[config][0]
+    if config.startswith("salloc"):
+        v = sh(["git", "-C", ROOT, "describe", "--always", "--dirty"]) or "unknown"
+        return f"salloc {v} ({lib})"
+    if not lib:
+        v = sh(["dpkg-query", "-W", "-f", "${Version}", "libc6"])
+        return f"glibc {v or (sh(['ldd', '--version']).splitlines() or ['(version unknown)'])[0]}"
+    owner = sh(["dpkg", "-S", os.path.realpath(lib)]).split(":")[0]
+    if owner:
+        return f"{owner} {sh(['dpkg-query', '-W', '-f', '${Version}', owner])} ({lib})"
+    return f"{lib} (not from a Debian package)"
+
+cpu = "unknown CPU"
+try:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+except OSError:
+    pass
+header = [
+    f"machine: {sh(['nproc']) or os.cpu_count()} cores (nproc), {cpu}, Linux {os.uname().release}",
+    f"runs: {ROUNDS} interleaved round(s), --benchmark_min_time={MIN_TIME}, each benchmark "
+    f"in its own process; {elapsed:.0f} s in all",
+    "versions: " + "; ".join(dict.fromkeys(version(c) for c in configs)),
+]
+configs_line = "configurations: " + ", ".join(
+    f"{c} ({' '.join(f'{k}={v}' for k, v in KNOWN[c][1].items())})" if KNOWN[c][1] else c
+    for c in configs)
+header.append(configs_line)
+time_title = ("median wall time per operation, ns (cxx_workload: ms for the whole "
+              "program); ratios below 1: salloc faster / smaller")
+rss_title = "peak RSS of the benchmark's process, MiB (median over rounds)"
+ctr_title = "the benchmarks' own counters (median over rounds)"
+
+def text_table(head, rows, foot=()):
+    w = [max(len(r[i]) for r in [head, *rows, *foot]) for i in range(len(head))]
+    line = lambda r: "  ".join(c.ljust(w[0]) if i == 0 else c.rjust(w[i])
+                               for i, c in enumerate(r)).rstrip()
+    rule = "  ".join("-" * x for x in w)
+    body = [line(head), rule, *map(line, rows)]
+    if foot:
+        body += [rule, *map(line, foot)]
+    return "\n".join(body)
+
+def md_table(head, rows, foot=()):
+    esc = lambda c: c.replace("|", "\\|")
+    lines = ["| " + " | ".join(map(esc, head)) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in [*rows, *foot]]
+    return "\n".join(lines)
+
+print("\n".join(header))
+print()
+print(time_title)
+print(text_table(time_head, time_rows, time_foot))
+if rss_rows:
+    print()
+    print(rss_title)
+    print(text_table(rss_head, rss_rows))
+if ctr_rows:
+    print()
+    print(ctr_title)
+    print(text_table(ctr_head, ctr_rows))
+if not TIME_BIN:
+    print("\n(no /usr/bin/time: no peak RSS)")
+
+if MARKDOWN:
+    with open(MARKDOWN, "w") as f:
+        f.write("\n".join(f"- {h}" for h in header) + "\n\n")
+        f.write(f"{time_title}\n\n{md_table(time_head, time_rows, time_foot)}\n")
+        if rss_rows:
+            f.write(f"\n{rss_title}\n\n{md_table(rss_head, rss_rows)}\n")
+        if ctr_rows:
+            f.write(f"\n{ctr_title}\n\n{md_table(ctr_head, ctr_rows)}\n")
+    say(f"markdown written to {MARKDOWN}")
+
+if not KEEP:
+    shutil.rmtree(out, ignore_errors=True)
+if failures:
+    print(f"\n{len(failures)} failed run(s):")
+    for bench, config, r, why in failures:
+        print(f"  {bench} under {config} (round {r}): {why}")
+    sys.exit(1)
 PY
