@@ -2,11 +2,13 @@
 #
 #   make run             the demo under the profiler: salloc run, salloc top, a flame graph
 #   make                 lib/libsalloc.so (+ soname links), lib/libsalloc.a, build/bin/salloc
-#   make test            every test (unit, stress, integration); ends with cmocka's summary
+#   make test            every test (unit, stress, integration) and the fast path's
+#                        instruction counts against bench/fastpath.golden
 #   make test-tsan       the stress tests built with -fsanitize=thread
 #   make bench           bench/bin/bench_core (google benchmark)
 #   make bench-compare   salloc vs glibc, jemalloc, tcmalloc, mimalloc
 #   make bench-callgrind instructions per malloc+free pair, per allocator
+#   make bench-smoke     every benchmark once under salloc (fails on a crash)
 #   make size-classes    regenerate size_classes/size_classes.h
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make SA_DEBUG=1      library with deep invariant checks on slow paths
@@ -153,7 +155,8 @@ HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
-test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS)
+test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
+      bench/bin/callgrind_pair
 	@sh test/check_exports.sh lib/libsalloc.so
 	@fail=0; \
 	for t in $(UNIT_TESTS); do \
@@ -168,6 +171,10 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
+	if command -v valgrind >/dev/null; then \
+	    echo "== fast-path instruction counts against bench/fastpath.golden"; \
+	    bash bench/callgrind.sh --check || fail=1; \
+	else echo "SKIP: fast-path instruction counts: valgrind is not installed"; fi; \
 	exit $$fail
 
 test-tsan: test/bin/test_tsan_stress

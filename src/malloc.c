@@ -62,27 +62,35 @@ static void *alloc_large(size_t pages, size_t align, bool *zeroed)
     return s ? (void *)s->start : NULL;
 }
 
-/* Gives a proxy object back.  Like its allocation (alloc_small), this is
- * not the user's doing, so it is not counted in thread.deallocated. */
+/* Gives a proxy object back.  Like its allocation (alloc_sampled), this is
+ * not the user's doing: it must not show in thread.deallocated, so its push
+ * is balanced in dealloc_adjust (tcache.h). */
 static void release_proxy(void *proxy)
 {
     unsigned cls = pagemap_class(proxy);
     struct tcache *tc = init_current_cache();
-    if (!tc)
+    if (!tc) {
         central_free_batch(cls, proxy, 1);
-    else if (tc->bins[cls].count < tc->bins[cls].max)
+        return;
+    }
+    tc->dealloc_adjust -= sizeclass_size(cls);
+    if (tc->bins[cls].room)
         tcache_bin_push(&tc->bins[cls], proxy);
     else
         tcache_overflow(tc, cls, proxy);
 }
 
-/* A sampled allocation: its own pages, plus a proxy object for a small one. */
+/* A sampled allocation: its own pages, plus a proxy object for a small one
+ * (popped from the thread's list, but not for the user: balanced in
+ * dealloc_adjust). */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
                            uint64_t rate, bool *zeroed)
 {
     void *proxy = NULL;
     if (cls && !(proxy = alloc_small(tc, cls)))
         return NULL;
+    if (proxy)
+        tc->dealloc_adjust += sizeclass_size(cls);
     void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, zeroed);
     if (!p && proxy)
         release_proxy(proxy);
@@ -112,12 +120,15 @@ static void *alloc_slow(size_t size, size_t align, bool *zeroed)
     if (tc) {
         uint64_t rate = sampler_account(tc, usable);
         if (unlikely(rate) && (p = alloc_sampled(tc, cls, usable, align, rate, &fresh))) {
+            tc->dealloc_adjust -= usable; /* in thread.allocated, not from a list */
             if (zeroed)
                 *zeroed = fresh;
             return p;
         }
     }
     p = cls ? alloc_small(tc, cls) : alloc_large(pages, align, zeroed);
+    if (tc && (!cls || !p))
+        tc->dealloc_adjust -= usable; /* in thread.allocated, not from a list */
     if (!p)
         errno = ENOMEM;
     prof_maybe_gdump();
@@ -145,7 +156,7 @@ static void free_not_small(void *p, const char *fn)
     }
     struct tcache *tc = init_current_cache();
     if (tc)
-        tc->bytes_freed += usable;
+        tc->dealloc_adjust += usable; /* a user free that no list saw */
 }
 
 SA_SLOW_PATH void free_slow(void *p, unsigned cls)
@@ -160,9 +171,8 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
         central_free_batch(cls, p, 1);
         return;
     }
-    tc->bytes_freed += sizeclass_size(cls);
     struct tcache_bin *bin = &tc->bins[cls];
-    if (bin->count < bin->max) /* a cache just created for this thread */
+    if (bin->room) /* a cache just created for this thread */
         tcache_bin_push(bin, p);
     else
         tcache_overflow(tc, cls, p);

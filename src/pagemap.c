@@ -7,8 +7,7 @@
 #include "os.h"
 
 struct pm_leaf *pm_root[PM_ROOT_LEN];
-uintptr_t pm_cls_offset[PM_ROOT_LEN];
-uint8_t pm_zero_cls[PM_LEAF_LEN];
+struct pm_classes pm_classes;
 
 static struct pm_leaf *leaf_of_page(uintptr_t page)
 {
@@ -28,7 +27,7 @@ bool pagemap_ensure(uintptr_t page, size_t npages)
             return false;
         /* Publish the offset first: a reader that sees it finds zeros (the
          * fresh leaf), exactly what it read before. */
-        __atomic_store_n(&pm_cls_offset[i], (uintptr_t)leaf->cls - (uintptr_t)pm_zero_cls,
+        __atomic_store_n(&pm_classes.offset[i], (uintptr_t)leaf->cls - (uintptr_t)pm_classes.zero,
                          __ATOMIC_RELEASE);
         __atomic_store_n(&pm_root[i], leaf, __ATOMIC_RELEASE);
     }

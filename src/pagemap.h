@@ -19,9 +19,12 @@
  *     that now describes other pages, so readers check span->start (or the
  *     span's bounds) before trusting the answer.
  *
- * The class lookup avoids a NULL test on the leaf: the root keeps, next to
- * each leaf pointer, the offset of that leaf's class array from a static
- * all-zero array.  A missing leaf has offset 0 and so reads class 0.
+ * The class lookup avoids a NULL test on the leaf: `pm_classes` keeps for
+ * each root entry the offset of that leaf's class array from an all-zero
+ * array as long as a leaf's, its own second member: a missing leaf has
+ * offset 0 and so reads class 0.  One base address serves both loads, and
+ * all of it is zero-initialised .bss (untouched, it costs no memory).  An address above
+ * the 48-bit space has a root index past the end: class 0, by a compare.
  */
 #ifndef SA_PAGEMAP_H
 #define SA_PAGEMAP_H
@@ -43,12 +46,22 @@ struct pm_leaf {
 };
 
 extern struct pm_leaf *pm_root[PM_ROOT_LEN];
-extern uintptr_t pm_cls_offset[PM_ROOT_LEN];
-extern uint8_t pm_zero_cls[PM_LEAF_LEN];
+
+struct pm_classes {
+    uintptr_t offset[PM_ROOT_LEN];   /* leaf->cls - zero, or 0 */
+    uint8_t zero[PM_LEAF_LEN];       /* what a missing leaf reads: class 0 */
+};
+extern struct pm_classes pm_classes;
 
 static inline size_t pm_root_index(uintptr_t addr)
 {
     return (addr >> (SA_PAGE_SHIFT + PM_LEAF_BITS)) & (PM_ROOT_LEN - 1);
+}
+
+/* pm_root_index without the mask: PM_ROOT_LEN or more above 48 bits. */
+static inline uintptr_t pm_root_index_unmasked(uintptr_t addr)
+{
+    return addr >> (SA_PAGE_SHIFT + PM_LEAF_BITS);
 }
 
 static inline size_t pm_leaf_index(uintptr_t addr)
@@ -60,11 +73,12 @@ static inline size_t pm_leaf_index(uintptr_t addr)
  * small span (large, free, not ours, or above the 48-bit space). */
 static inline unsigned pagemap_class(const void *p)
 {
-    uintptr_t a = (uintptr_t)p;
-    uintptr_t off = __atomic_load_n(&pm_cls_offset[pm_root_index(a)], __ATOMIC_RELAXED);
-    const uint8_t *cls = (const uint8_t *)((uintptr_t)pm_zero_cls + off) + pm_leaf_index(a);
-    unsigned c = __atomic_load_n(cls, __ATOMIC_RELAXED);
-    return (a >> SA_ADDRESS_BITS) ? 0 : c;
+    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
+    if (unlikely(root >= PM_ROOT_LEN))
+        return 0;
+    uintptr_t off = __atomic_load_n(&pm_classes.offset[root], __ATOMIC_RELAXED);
+    const uint8_t *cls = pm_classes.zero + off + pm_leaf_index(a);
+    return __atomic_load_n(cls, __ATOMIC_RELAXED);
 }
 
 /* The span record of the page containing `p`, possibly stale (see above), or

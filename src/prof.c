@@ -249,7 +249,7 @@ uint64_t prof_thread_allocated(void)
 uint64_t prof_thread_deallocated(void)
 {
     struct tcache *tc = init_current_cache();
-    return tc ? tc->bytes_freed : 0;
+    return tc ? tcache_deallocated(tc, sampler_thread_allocated(tc)) : 0;
 }
 
 /* ---- the peak snapshot ---- */

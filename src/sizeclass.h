@@ -4,9 +4,9 @@
  * `make size-classes`); this header gives it names and the inline lookup
  * used on the fast path.
  *
- * Lookup: one table load.  Sizes up to 1024 use 8-byte granules, larger ones
- * 128-byte granules; both ranges share one byte array (size_classes.h), so
- * the only arithmetic is choosing the granule.
+ * Lookup: one table load.  Sizes up to SA_BYTE_LOOKUP_MAX (1024) index a
+ * table with one entry per byte, so the common case needs no arithmetic at
+ * all; larger ones a table of 128-byte granules (size_classes.h).
  */
 #ifndef SA_SIZECLASS_H
 #define SA_SIZECLASS_H
@@ -24,17 +24,18 @@ struct sa_class_info {
 
 #include "../size_classes/size_classes.h"
 
-/* Index into sa_class_index for a size <= SA_MAX_SMALL. */
-static inline size_t sizeclass_index(size_t size)
+/* The smallest class whose size is >= `size`, for a size above
+ * SA_BYTE_LOOKUP_MAX and at most SA_MAX_SMALL. */
+static inline unsigned sizeclass_of_medium(size_t size)
 {
-    return size <= 1024 ? (size + 7) >> 3 : (size + 127 + (120 << 7)) >> 7;
+    return sa_class_by_granule[(size + (1u << SA_GRANULE_SHIFT) - 1) >> SA_GRANULE_SHIFT];
 }
 
 /* The smallest class whose size is >= `size`; `size` must be <= SA_MAX_SMALL.
  * Size 0 maps to the smallest class. */
 static inline unsigned sizeclass_of(size_t size)
 {
-    return sa_class_index[sizeclass_index(size)];
+    return size <= SA_BYTE_LOOKUP_MAX ? sa_class_by_byte[size] : sizeclass_of_medium(size);
 }
 
 static inline size_t sizeclass_size(unsigned cls) { return sa_class_info[cls].size; }

@@ -21,9 +21,11 @@
 #include "log.h"
 #include "meta.h"
 
-/* Per-class cap on cached bytes: small classes are capped by count. */
+/* Per-class cap on cached bytes: small classes are capped by count (which
+ * must fit a bin's 16-bit max). */
 #define TCACHE_CLASS_BYTES ((size_t)256 << 10)
 #define TCACHE_CLASS_MAX_OBJECTS 2048u
+_Static_assert(TCACHE_CLASS_MAX_OBJECTS < UINT16_MAX, "a bin's max is 16 bits");
 /* Whole-cache budget and how often it is checked (in slow-path events). */
 #define TCACHE_BUDGET ((size_t)4 << 20)
 #define TCACHE_BUDGET_CHECK 64u
@@ -60,9 +62,12 @@ struct tcache *tcache_create(void)
         return NULL;
 
     memset(tc, 0, sizeof(*tc));
-    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        tc->bins[cls].max = TCACHE_INITIAL_MAX < sizeclass_batch(cls) ? TCACHE_INITIAL_MAX
-                                                                      : sizeclass_batch(cls);
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        tc->bins[cls].size = (uint32_t)sizeclass_size(cls);
+        tcache_bin_set_max(&tc->bins[cls], TCACHE_INITIAL_MAX < sizeclass_batch(cls)
+                                               ? TCACHE_INITIAL_MAX
+                                               : sizeclass_batch(cls));
+    }
 
     sa_lock(&registry_lock);
     tc->next = registry;
@@ -83,14 +88,15 @@ static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
     for (uint32_t i = 1; i < n; i++)
         last = *(void **)last;
     bin->head = *(void **)last;
-    bin->count -= n;
+    bin->room += n;
+    tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the list, not popped */
     central_free_batch(cls, head, n);
 }
 
 void tcache_flush_all(struct tcache *tc)
 {
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        flush_bin(tc, cls, tc->bins[cls].count);
+        flush_bin(tc, cls, tcache_bin_count(&tc->bins[cls]));
 }
 
 void tcache_destroy(struct tcache *tc)
@@ -112,8 +118,13 @@ size_t tcache_cached_bytes(const struct tcache *tc)
 {
     size_t bytes = 0;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        bytes += tc->bins[cls].count * sizeclass_size(cls);
+        bytes += tcache_bin_count(&tc->bins[cls]) * sizeclass_size(cls);
     return bytes;
+}
+
+uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
+{
+    return allocated + tcache_cached_bytes(tc) + tc->dealloc_adjust;
 }
 
 /* Every TCACHE_BUDGET_CHECK slow events: over budget, halve every list. */
@@ -123,9 +134,9 @@ static void enforce_budget(struct tcache *tc)
         return;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
-        flush_bin(tc, cls, (bin->count + 1) / 2);
+        flush_bin(tc, cls, (tcache_bin_count(bin) + 1) / 2);
         uint32_t batch = sizeclass_batch(cls);
-        bin->max = bin->max / 2 > batch ? bin->max / 2 : batch;
+        tcache_bin_set_max(bin, bin->max / 2 > batch ? bin->max / 2 : batch);
     }
 }
 
@@ -139,11 +150,14 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
     unsigned n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, &head, &tail);
     if (n == 0)
         return NULL;
+    /* All n enter the list and the first is popped at once: the caller's
+     * (a user malloc, in thread.allocated, or a proxy, which says so). */
+    tc->dealloc_adjust -= (uint64_t)n * sizeclass_size(cls);
     *(void **)tail = bin->head;
     bin->head = *(void **)head;
-    bin->count += n - 1;
+    bin->room -= n - 1; /* the list was empty: n <= max */
     uint32_t cap = class_cap(cls), grown = bin->max < batch ? bin->max * 2 : bin->max + batch;
-    bin->max = grown < cap ? grown : cap;
+    tcache_bin_set_max(bin, grown < cap ? grown : cap);
     enforce_budget(tc);
     return head;
 }
@@ -151,13 +165,13 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
 {
     struct tcache_bin *bin = &tc->bins[cls];
-    tcache_bin_push(bin, obj);
-    uint32_t batch = sizeclass_batch(cls);
-    flush_bin(tc, cls, bin->count < batch ? bin->count : batch);
+    tcache_bin_push(bin, obj); /* room may wrap here: the flush restores it */
+    uint32_t batch = sizeclass_batch(cls), count = tcache_bin_count(bin);
+    flush_bin(tc, cls, count < batch ? count : batch);
     if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {
         tc->overflows[cls] = 0;
         if (bin->max > batch)
-            bin->max -= batch;
+            tcache_bin_set_max(bin, bin->max - batch);
     }
     enforce_budget(tc);
 }
@@ -168,9 +182,11 @@ size_t tcache_all_cached_bytes(void)
     sa_lock(&registry_lock);
     /* Racy reads of other threads' counts: a statistic, not a decision. */
     for (struct tcache *tc = registry; tc; tc = tc->next)
-        for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-            bytes += __atomic_load_n(&tc->bins[cls].count, __ATOMIC_RELAXED) *
-                     sizeclass_size(cls);
+        for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+            uint16_t room = __atomic_load_n(&tc->bins[cls].room, __ATOMIC_RELAXED);
+            uint16_t max = __atomic_load_n(&tc->bins[cls].max, __ATOMIC_RELAXED);
+            bytes += (max > room ? max - room : 0) * sizeclass_size(cls);
+        }
     sa_unlock(&registry_lock);
     return bytes;
 }
@@ -179,13 +195,14 @@ void tcache_check(const struct tcache *tc)
 {
     for (unsigned cls = 0; cls < SA_NUM_CLASSES; cls++) {
         const struct tcache_bin *bin = &tc->bins[cls];
-        uint32_t n = 0;
+        uint32_t n = 0, count = tcache_bin_count(bin);
         for (void *o = bin->head; o; o = *(void **)o)
-            if (++n > bin->count)
+            if (++n > count)
                 break;
-        if (n != bin->count || (cls == 0 && (bin->max || bin->head)))
-            sa_fatal("tcache: list of class %u holds %u objects, count says %u",
-                     cls, n, bin->count);
+        if (n != count || bin->room > bin->max || bin->size != sizeclass_size(cls) ||
+            (cls == 0 && (bin->max || bin->head)))
+            sa_fatal("tcache: list of class %u holds %u objects, max %u room %u", cls, n,
+                     bin->max, bin->room);
     }
 }
 

@@ -6,15 +6,27 @@
  * and in tcache.c, on slow paths.
  *
  *   bins[cls]:  head -> obj -> obj -> NULL      (links in each object's word 0)
- *               count = objects on the list
- *               max   = free() goes to the slow path when count reaches it
+ *               max   = the list's limit
+ *               room  = max - (objects on the list): free() pushes while
+ *                       room > 0, so its test is one compare with zero
+ *               size  = the class's object size (0 in bins[0])
  *
- * bins[0] belongs to class 0 ("not a small object") and always has max 0, so
- * free()'s single fast-path test also routes large and foreign pointers to
- * the slow path.  A thread that has no cache yet (or whose cache was
+ * bins[0] belongs to class 0 ("not a small object") and always has room 0,
+ * so free()'s single fast-path test also routes large and foreign pointers
+ * to the slow path.  A thread that has no cache yet (or whose cache was
  * returned at exit) points at `tcache_empty`, whose every list is empty and
- * every max is 0: both fast paths fall through to the slow path, which sets
- * the thread up.  So the fast path never tests for "no cache".
+ * every room is 0: both fast paths fall through to the slow path, which sets
+ * the thread up.  So the fast path never tests for "no cache", and it never
+ * writes tcache_empty (malloc charges the sampling counter only after it
+ * found an object, free only pushes when there is room).
+ *
+ * thread.deallocated is not counted on the fast path; it is derived
+ * (tcache_deallocated): every object a user free pushed is, in the list's
+ * bytes, either still there or was popped by a user malloc (in
+ * thread.allocated); `dealloc_adjust` balances everything else the slow
+ * paths do (refills, flushes, proxies, large and sampled blocks):
+ *
+ *     thread.deallocated = thread.allocated + bytes on the lists + dealloc_adjust
  *
  * Only the owning thread touches its cache, except: the registry links
  * (under the registry lock), and fork.c's child handler.
@@ -31,8 +43,9 @@
 
 struct tcache_bin {
     void *head;
-    uint32_t count;
-    uint32_t max;
+    uint16_t room; /* max - objects on the list (wraps only inside an overflow) */
+    uint16_t max;  /* at most TCACHE_CLASS_MAX_OBJECTS (tcache.c) */
+    uint32_t size; /* the class's object size, here so malloc loads it with the list */
 };
 
 /* The profiler's per-thread state, kept here so the fast path reaches the
@@ -56,8 +69,9 @@ struct tcache {
      * malloc's fast path subtracts each object's usable size and goes to
      * the slow path instead of letting it drop below zero (sampler.h). */
     int64_t bytes_until_sample;
-    /* thread.deallocated: usable bytes this thread freed (free adds). */
-    uint64_t bytes_freed;
+    /* Balances thread.deallocated's derivation (above); slow paths only.
+     * Modulo 2^64, like the counts it balances. */
+    uint64_t dealloc_adjust;
     struct tcache_prof prof;
     /* Slow-path bookkeeping. */
     uint32_t events;                      /* refills + overflows, for budget checks */
@@ -71,11 +85,11 @@ extern struct tcache tcache_empty;
 
 static inline struct tcache *tcache_get(void) { return tcache_tls; }
 
-/* The list operations themselves; callers check emptiness and max. */
+/* The list operations themselves; callers check emptiness and room. */
 static inline void *tcache_bin_pop(struct tcache_bin *bin, void *obj)
 {
     bin->head = *(void **)obj;
-    bin->count--;
+    bin->room++;
     return obj;
 }
 
@@ -83,7 +97,23 @@ static inline void tcache_bin_push(struct tcache_bin *bin, void *obj)
 {
     *(void **)obj = bin->head;
     bin->head = obj;
-    bin->count++;
+    bin->room--;
+}
+
+/* Objects on the list. */
+static inline uint32_t tcache_bin_count(const struct tcache_bin *bin)
+{
+    return (uint16_t)(bin->max - bin->room);
+}
+
+/* Sets the list's limit, never below the objects it holds. */
+static inline void tcache_bin_set_max(struct tcache_bin *bin, uint32_t max)
+{
+    uint32_t n = tcache_bin_count(bin);
+    if (max < n)
+        max = n;
+    bin->room = (uint16_t)(max - n);
+    bin->max = (uint16_t)max;
 }
 
 /* A new, registered cache with empty lists; NULL with ENOMEM. */
@@ -102,6 +132,8 @@ void tcache_flush_all(struct tcache *tc);
 
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);
+/* thread.deallocated of `tc`'s thread, given its thread.allocated. */
+uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated);
 /* Bytes cached by all threads (stats). */
 size_t tcache_all_cached_bytes(void);
 

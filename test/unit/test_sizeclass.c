@@ -55,14 +55,22 @@ static void test_sizeclass_span_tail_at_most_one_eighth(void **state)
     }
 }
 
-/* The lookup is one load from a table that covers every small size. */
+/* The lookup is one load: the byte table covers 0..SA_BYTE_LOOKUP_MAX, the
+ * granule table every size above it up to SA_MAX_SMALL, and both agree with
+ * each other where they overlap (sizes that are multiples of a granule). */
 static void test_sizeclass_lookup_is_a_table(void **state)
 {
     (void)state;
-    assert_int_equal(sizeclass_index(SA_MAX_SMALL), SA_CLASS_INDEX_LEN - 1);
-    assert_int_equal(sizeof(sa_class_index), SA_CLASS_INDEX_LEN);
-    for (size_t i = 0; i < SA_CLASS_INDEX_LEN; i++)
-        assert_true(sa_class_index[i] >= 1 && sa_class_index[i] < SA_NUM_CLASSES);
+    assert_int_equal(sizeof(sa_class_by_byte), SA_BYTE_LOOKUP_MAX + 1);
+    assert_int_equal((SA_MAX_SMALL + (1 << SA_GRANULE_SHIFT) - 1) >> SA_GRANULE_SHIFT,
+                     SA_GRANULE_LOOKUP_LEN - 1);
+    for (size_t i = 0; i <= SA_BYTE_LOOKUP_MAX; i++)
+        assert_true(sa_class_by_byte[i] >= 1 && sa_class_by_byte[i] < SA_NUM_CLASSES);
+    for (size_t i = 0; i < SA_GRANULE_LOOKUP_LEN; i++) {
+        assert_true(sa_class_by_granule[i] >= 1 && sa_class_by_granule[i] < SA_NUM_CLASSES);
+        if (i << SA_GRANULE_SHIFT <= SA_BYTE_LOOKUP_MAX)
+            assert_int_equal(sa_class_by_granule[i], sa_class_by_byte[i << SA_GRANULE_SHIFT]);
+    }
 }
 
 static void test_sizeclass_aligned_classes(void **state)

@@ -1,10 +1,14 @@
 /*
  * test_tcache.c: a thread cache's refill, overflow, adaptive limits, budget
  * and destruction, on caches made for the test (not the thread's own), plus
- * the thread's own cache across thread exit.
+ * the thread's own cache across thread exit; thread.deallocated, which is
+ * derived rather than counted, stays exact through every slow path.
  */
+#include <malloc.h>
 #include <pthread.h>
 
+#include "../../include/salloc.h"
+#include "prof.h"
 #include "unit.h"
 
 /* free() on cache `tc`, as the fast path and its slow path do it. */
@@ -12,7 +16,7 @@ static void cache_free(struct tcache *tc, void *p)
 {
     unsigned cls = pagemap_class(p);
     struct tcache_bin *bin = &tc->bins[cls];
-    if (bin->count < bin->max)
+    if (bin->room)
         tcache_bin_push(bin, p);
     else
         tcache_overflow(tc, cls, p);
@@ -41,9 +45,9 @@ static void test_tcache_refill_slow_starts_to_a_batch(void **state)
         void *p = tcache_refill(tc, cls);
         assert_non_null(p);
         assert_int_equal(pagemap_class(p), cls);
-        fetched[r] = tc->bins[cls].count + 1;
+        fetched[r] = tcache_bin_count(&tc->bins[cls]) + 1;
         keep[nkeep++] = p;
-        while (tc->bins[cls].count) /* empty the list so the next call refills */
+        while (tcache_bin_count(&tc->bins[cls])) /* empty the list so the next call refills */
             keep[nkeep++] = cache_malloc(tc, cls);
         assert_int_equal(fetched[r], expect);
         expect = expect * 2 < batch ? expect * 2 : batch;
@@ -70,7 +74,7 @@ static void test_tcache_overflow_flushes_and_limits_adapt(void **state)
     struct tcache *consumer = tcache_create();
     for (unsigned i = 0; i < n; i++) {
         cache_free(consumer, objs[i]);
-        assert_true(consumer->bins[cls].count <= consumer->bins[cls].max);
+        assert_true(tcache_bin_count(&consumer->bins[cls]) <= consumer->bins[cls].max);
     }
     assert_true(consumer->bins[cls].max <= batch * 2);
     tcache_check(consumer);
@@ -150,6 +154,122 @@ static void test_tcache_thread_exit_returns_cache(void **state)
     assert_true(tcache_all_cached_bytes() < (size_t)1 << 20);
 }
 
+/* ---- thread.deallocated (derived: tcache.h) ---- */
+
+static uint64_t read_u64(const char *name)
+{
+    uint64_t v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A size from 1 byte to 1 MiB, mostly small: lists fill and overflow,
+ * refill, and large spans come and go. */
+static size_t random_size(uint64_t *rng)
+{
+    uint64_t r = rng_next(rng);
+    switch (r % 16) {
+    case 0: return 1 + (r >> 8) % (1 << 20);          /* large, sometimes */
+    case 1: case 2: return 1 + (r >> 8) % 65536;
+    default: return 1 + (r >> 8) % 512;
+    }
+}
+
+#define SLOTS 3000
+
+struct handoff {
+    void **objs;
+    size_t n;
+    uint64_t expect;  /* usable bytes the freeing thread must report */
+    uint64_t got;
+};
+
+static void *free_all(void *arg)
+{
+    struct handoff *h = arg;
+    uint64_t d0 = read_u64("thread.deallocated");
+    for (size_t i = 0; i < h->n; i++)
+        free(h->objs[i]);
+    h->got = read_u64("thread.deallocated") - d0;
+    return NULL;
+}
+
+/* Every free, realloc move and cross-thread free of a random workload under
+ * heavy sampling (proxies taken and given back) against the sum of the
+ * usable sizes freed, checked after each step. */
+static void test_tcache_deallocated_is_exact(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(12); /* a sample every 4 KiB: many proxies */
+    void **slot = calloc(SLOTS, sizeof(void *));
+    uint64_t rng = 0x9e3779b97f4a7c15ull, freed = 0;
+    uint64_t d0 = read_u64("thread.deallocated");
+    for (int step = 0; step < 200000; step++) {
+        size_t i = rng_next(&rng) % SLOTS, n = random_size(&rng);
+        void *p = slot[i];
+        switch (rng_next(&rng) % 8) {
+        case 0: /* realloc: a move frees the old block */
+            if (p) {
+                size_t old = malloc_usable_size(p);
+                void *q = realloc(p, n);
+                assert_non_null(q);
+                if (q != p)
+                    freed += old;
+                slot[i] = q;
+                break;
+            }
+            /* fall through */
+        case 1:
+            if (p) {
+                freed += malloc_usable_size(p);
+                free(p);
+            }
+            slot[i] = rng_next(&rng) % 2 ? calloc(1, n) : aligned_alloc(64, (n + 63) & ~63ul);
+            break;
+        case 2:
+            if (step % 5000 == 0)
+                malloc_trim(0); /* flushes the whole cache */
+            /* fall through */
+        default:
+            if (p) {
+                freed += malloc_usable_size(p);
+                free(p);
+            }
+            slot[i] = malloc(n);
+        }
+        if (step % 997 == 0)
+            assert_int_equal(read_u64("thread.deallocated") - d0, freed);
+    }
+    assert_int_equal(read_u64("thread.deallocated") - d0, freed);
+
+    /* Half the live objects freed by another thread: its count, not ours. */
+    struct handoff h = {.objs = slot, .n = SLOTS / 2};
+    for (size_t i = 0; i < h.n; i++)
+        h.expect += malloc_usable_size(slot[i]);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_all, &h), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(h.got, h.expect);
+    assert_int_equal(read_u64("thread.deallocated") - d0, freed);
+    for (size_t i = SLOTS / 2; i < SLOTS; i++) {
+        freed += malloc_usable_size(slot[i]);
+        free(slot[i]);
+    }
+    assert_int_equal(read_u64("thread.deallocated") - d0, freed);
+    free(slot);
+    prof_lg_sample_set(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
+        cmocka_unit_test(test_tcache_deallocated_is_exact),
     };
     return cmocka_run_group_tests_name("tcache", tests, NULL, NULL);
 }
