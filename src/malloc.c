@@ -186,9 +186,14 @@ static void *alloc_aligned(size_t align, size_t size)
     if (align <= 16) /* every class from 16 up is 16-aligned; 8 is 8-aligned */
         return fast_malloc(align == 16 && size < 16 ? 16 : size);
     if (size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE) {
-        unsigned cls = sizeclass_aligned(size, align);
-        void *p = cls ? tcache_alloc_fast(cls) : NULL;
-        if (p)
+        /* Usually the class of max(size, align) is a multiple of align
+         * already (every class up to 128, and any power of two); only
+         * otherwise scan on. */
+        unsigned cls = sizeclass_of(size > align ? size : align);
+        if (unlikely(sizeclass_size(cls) & (align - 1)))
+            cls = sizeclass_aligned(size, align);
+        void *p = tcache_alloc_fast(cls);
+        if (likely(p != NULL))
             return p;
     }
     return alloc_slow(size, align, NULL);
