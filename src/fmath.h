@@ -14,6 +14,14 @@
 
 #define SA_LN2 0.69314718055994530942
 
+/* 1/k for k = 0..21 (entry 0 unused): the series below multiply by these
+ * instead of dividing, which on x86 costs 4 cycles instead of 15 a term. */
+static const double sa_inverse[22] = {
+    0, 1.0 / 1, 1.0 / 2, 1.0 / 3, 1.0 / 4, 1.0 / 5, 1.0 / 6, 1.0 / 7, 1.0 / 8, 1.0 / 9, 1.0 / 10,
+    1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14, 1.0 / 15, 1.0 / 16, 1.0 / 17, 1.0 / 18, 1.0 / 19,
+    1.0 / 20, 1.0 / 21,
+};
+
 /* ln(x) for finite x > 0.  x = m * 2^e with m in [sqrt(1/2), sqrt(2)); then
  * ln(m) = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.1716: ten odd terms of the
  * series bring the error below 1e-15. */
@@ -31,7 +39,7 @@ static inline double sa_ln(double x)
     }
     double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
     for (int k = 1; k <= 21; k += 2) {
-        sum += term / k;
+        sum += term * sa_inverse[k];
         term *= s2;
     }
     return e * SA_LN2 + 2 * sum;
@@ -43,7 +51,7 @@ static inline double sa_exp_neg(double x)
 {
     if (x < -745)
         return 0;
-    double kf = x / SA_LN2 - 0.5;
+    double kf = x * (1 / SA_LN2) - 0.5;
     int k = (int)kf; /* rounds toward zero: kf <= 0, so this is ceil */
     if (x - k * SA_LN2 > SA_LN2 / 2)
         k++;
@@ -51,7 +59,7 @@ static inline double sa_exp_neg(double x)
     double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
     double term = 1, sum = 1;
     for (int i = 1; i <= 14; i++) {
-        term *= r / i;
+        term *= r * sa_inverse[i];
         sum += term;
     }
     /* 2^k by building the exponent; k >= -1075 here, so scale in two steps
@@ -73,7 +81,7 @@ static inline double sa_one_minus_exp_neg(double x)
     double term = x, sum = 0;
     for (int i = 1; i <= 20; i++) {
         sum += term;
-        term *= -x / (i + 1);
+        term *= -x * sa_inverse[i + 1];
     }
     return sum;
 }
