@@ -57,15 +57,29 @@ bool dump_residency_available(void);
 /* ---- allocator hooks (malloc.c, init.c) ---- */
 void prof_boot(void);
 void prof_thread_init(struct tcache *tc);
-/* Places a sampled allocation of `usable` bytes, aligned to `align`, taken
- * at rate `rate`, holding `proxy` (NULL for large ones): its address, or
- * NULL if it could not be recorded (the caller then allocates normally).
- * *zeroed says whether its memory reads as zero. */
+/* Sampled small allocations live on mappings of their own (sampled_pages.h)
+ * and hold a proxy object of their class: places one of `usable` bytes,
+ * aligned to `align`, taken at rate `rate`: its address, or NULL if it
+ * could not be recorded (the caller then allocates normally).  *zeroed says
+ * whether its memory reads as zero.  The pagemap marks the mapping as a
+ * SPAN_SAMPLED span. */
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
                          void *proxy, bool *zeroed);
-/* Releases a sampled allocation; returns its usable size and its proxy. */
+/* Releases a sampled small allocation; returns its usable size and proxy. */
 size_t prof_free_sampled(struct span *span, void **proxy);
 size_t prof_sampled_usable(const struct span *span);
+
+/* Sampled large allocations are ordinary large spans of the page heap (their
+ * own pages already) with a record in span->sample, so they are reused,
+ * resized in place and decayed like any other.  prof_sample_span attaches a
+ * record of `usable` bytes at rate `rate` to live large span `span` (false,
+ * leaving it unsampled, if it could not be recorded); prof_unsample_span
+ * detaches it (before the span is freed, or when realloc decides the
+ * resized block is not sampled). */
+bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate);
+void prof_unsample_span(struct span *span);
+/* Whether `p` is a live sampled allocation of either kind. */
+bool prof_is_sampled(const void *p);
 /* Slow-path checks for automatic dumps (no lock may be held). */
 void prof_after_sample(struct tcache *tc);
 void prof_maybe_gdump(void);

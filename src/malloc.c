@@ -53,15 +53,6 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
     return central_alloc_batch(cls, 1, &obj, &tail) ? obj : NULL;
 }
 
-/* A large allocation of `pages` pages: its own span.  *zeroed says whether
- * its memory is known to be zero (fresh or purged pages). */
-static void *alloc_large(size_t pages, size_t align, bool *zeroed)
-{
-    size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
-    struct span *s = pageheap_alloc(pages, align_pages, 0, zeroed);
-    return s ? (void *)s->start : NULL;
-}
-
 /* Gives a proxy object back.  Like its allocation (alloc_sampled), this is
  * not the user's doing: it must not show in thread.deallocated, so its push
  * is balanced in dealloc_adjust (tcache.h). */
@@ -97,42 +88,81 @@ static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_
     return p;
 }
 
-/* Every allocation the fast path did not serve: `size` bytes aligned to
- * `align` (a power of two; up to 16 every class will do).  Counts it for
- * the sampler, samples it if due, else allocates it normally.  *zeroed (if
- * not NULL) says whether the memory is known to be zero. */
-static void *alloc_slow(size_t size, size_t align, bool *zeroed)
+/* What a request for `size` bytes aligned to `align` (a power of two; up
+ * to 16 every class will do) gets: a class, or pages of a large span. */
+struct request {
+    unsigned cls; /* 0: large */
+    size_t pages; /* large: the span's length */
+    size_t usable;
+};
+
+/* False (ENOMEM) when no span could hold it. */
+static bool request_for(size_t size, size_t align, struct request *r)
 {
-    unsigned cls = 0;
+    r->cls = 0;
     if (size <= SA_MAX_SMALL)
-        cls = align <= 16 ? sizeclass_of(size) : sizeclass_aligned(size, align);
-    size_t pages = sa_pages_for(size ? size : 1);
-    if (!cls && pages > PAGEHEAP_MAX_PAGES) {
-        errno = ENOMEM;
+        r->cls = align <= 16 ? sizeclass_of(size) : sizeclass_aligned(size, align);
+    r->pages = sa_pages_for(size ? size : 1);
+    if (!r->cls && r->pages > PAGEHEAP_MAX_PAGES)
+        return false;
+    r->usable = r->cls ? sizeclass_size(r->cls) : r->pages << SA_PAGE_SHIFT;
+    return true;
+}
+
+/* A large allocation: a span of its own, which is all a sampled one needs
+ * too (prof_sample_span; one that cannot be recorded stays unsampled).
+ * *zeroed says whether its memory is known to be zero (fresh or purged
+ * pages). */
+static void *alloc_large(struct tcache *tc, const struct request *r, size_t align,
+                         uint64_t rate, bool *zeroed)
+{
+    size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
+    struct span *s = pageheap_alloc(r->pages, align_pages, 0, zeroed);
+    if (!s)
         return NULL;
-    }
-    size_t usable = cls ? sizeclass_size(cls) : pages << SA_PAGE_SHIFT;
-    struct tcache *tc = init_thread_cache();
+    if (unlikely(rate))
+        prof_sample_span(tc, s, r->usable, rate);
+    return (void *)s->start;
+}
+
+/* Allocates what `r` describes; the sampler has decided (`rate`, 0: not
+ * sampled) and counted it in thread.allocated.  *zeroed (if not NULL) says
+ * whether the memory is known to be zero. */
+static void *alloc_decided(struct tcache *tc, const struct request *r, size_t align,
+                           uint64_t rate, bool *zeroed)
+{
     void *p = NULL;
     bool fresh = false;
     if (zeroed)
         *zeroed = false;
-    if (tc) {
-        uint64_t rate = sampler_account(tc, usable);
-        if (unlikely(rate) && (p = alloc_sampled(tc, cls, usable, align, rate, &fresh))) {
-            tc->dealloc_adjust -= usable; /* in thread.allocated, not from a list */
-            if (zeroed)
-                *zeroed = fresh;
-            return p;
-        }
+    if (unlikely(rate) && r->cls &&
+        (p = alloc_sampled(tc, r->cls, r->usable, align, rate, &fresh))) {
+        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
+        if (zeroed)
+            *zeroed = fresh;
+        return p;
     }
-    p = cls ? alloc_small(tc, cls) : alloc_large(pages, align, zeroed);
-    if (tc && (!cls || !p))
-        tc->dealloc_adjust -= usable; /* in thread.allocated, not from a list */
+    p = r->cls ? alloc_small(tc, r->cls) : alloc_large(tc, r, align, rate, zeroed);
+    if (tc && (!r->cls || !p))
+        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
     if (!p)
         errno = ENOMEM;
     prof_maybe_gdump();
     return p;
+}
+
+/* Every allocation the fast path did not serve: counted for the sampler,
+ * sampled if due, else allocated normally. */
+static void *alloc_slow(size_t size, size_t align, bool *zeroed)
+{
+    struct request r;
+    if (!request_for(size, align, &r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct tcache *tc = init_thread_cache();
+    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
+    return alloc_decided(tc, &r, align, rate, zeroed);
 }
 
 SA_SLOW_PATH void *malloc_slow(size_t size)
@@ -151,8 +181,12 @@ static void free_not_small(void *p, const char *fn)
         usable = prof_free_sampled(s, &proxy);
         if (proxy)
             release_proxy(proxy);
-    } else if (!(usable = pageheap_free_large(p))) {
-        invalid_pointer(fn, p);
+    } else {
+        struct span *large = pageheap_large_span(p);
+        if (large && large->sample)
+            prof_unsample_span(large);
+        if (!(usable = pageheap_free_large(p)))
+            invalid_pointer(fn, p);
     }
     struct tcache *tc = init_current_cache();
     if (tc)
@@ -213,18 +247,16 @@ static size_t usable_size(const void *p, const char *fn)
     return s->npages << SA_PAGE_SHIFT;
 }
 
-/* Tries to resize the allocation at `p` (usable size `old`) to `n` bytes
- * without moving it. */
-static bool resize_in_place(void *p, size_t old, size_t n)
+/* A small object keeps its place in realloc when the new size still fits
+ * and would not fit a class of half its size or less. */
+static bool keeps_small(size_t old, size_t n)
 {
-    if (n <= SA_MAX_SMALL)
-        /* Keep a small object unless a smaller class would save over half. */
-        return old <= SA_MAX_SMALL && n <= old &&
-               (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
-    struct span *s = old > SA_MAX_SMALL ? pageheap_large_span(p) : NULL;
-    if (!s) /* small, or a sampled allocation: move it */
-        return false;
-    size_t pages = sa_pages_for(n);
+    return n <= old && (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
+}
+
+/* Resizes live large span `s` to `pages` pages without moving it. */
+static bool resize_large(struct span *s, size_t pages)
+{
     if (pages == s->npages)
         return true;
     if (pages < s->npages) {
@@ -232,6 +264,45 @@ static bool resize_in_place(void *p, size_t old, size_t n)
         return true;
     }
     return pageheap_grow_in_place(s, pages);
+}
+
+/* realloc, for the sampler and the byte counters, is free(p) then
+ * malloc(n), as in jemalloc: the result is a new allocation of its usable
+ * size, sampled with that size's probability, and p's usable size counts
+ * as freed, whether the block moves or not.  A large block is resized in
+ * place when the heap allows, and sampled or unsampled where it stands (a
+ * sampled large block is an ordinary span with a record); a small block
+ * that keeps its class stays unless it is due for sampling, which needs its
+ * own pages; everything else moves. */
+SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
+{
+    size_t old = usable_size(p, "realloc");
+    struct request r;
+    if (!request_for(n, 1, &r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    bool stays_small = cls && keeps_small(old, n);
+    if (stays_small) /* the new allocation is the same size as the old */
+        request_for(old, 1, &r);
+    struct span *large = cls ? NULL : pageheap_large_span(p);
+    struct tcache *tc = init_thread_cache();
+    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
+    if ((stays_small && !rate) || (large && !r.cls && resize_large(large, r.pages))) {
+        if (large && large->sample)
+            prof_unsample_span(large);
+        if (large && rate)
+            prof_sample_span(tc, large, r.usable, rate);
+        if (tc) /* freed `old`, allocated `usable`: no list saw either */
+            tc->dealloc_adjust += old - r.usable;
+        return p;
+    }
+    void *q = alloc_decided(tc, &r, 1, rate, NULL);
+    if (!q)
+        return NULL; /* errno is ENOMEM; p is untouched */
+    memcpy(q, p, old < n ? old : n);
+    fast_free(p);
+    return q;
 }
 
 /* ---- the public functions ---- */
@@ -271,15 +342,21 @@ SA_EXPORT void *realloc(void *p, size_t n)
         fast_free(p);
         return NULL;
     }
-    size_t old = usable_size(p, "realloc");
-    if (resize_in_place(p, old, n))
-        return p;
-    void *q = fast_malloc(n);
-    if (!q)
-        return NULL; /* errno is ENOMEM; p is untouched */
-    memcpy(q, p, old < n ? old : n);
-    fast_free(p);
-    return q;
+    /* The common case: a small block that keeps its class, not due for
+     * sampling (see realloc_slow).  Freed and allocated again at the same
+     * usable size: the counter is charged, thread.deallocated follows by
+     * itself, and tcache_empty (counter 0) always takes the slow path. */
+    unsigned cls = pagemap_class(p);
+    if (cls) {
+        struct tcache *tc = tcache_get();
+        size_t old = sizeclass_size(cls);
+        int64_t left = tc->bytes_until_sample - (int64_t)old;
+        if (likely(left >= 0 && keeps_small(old, n))) {
+            tc->bytes_until_sample = left;
+            return p;
+        }
+    }
+    return realloc_slow(p, n, cls);
 }
 
 SA_EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)

@@ -5,6 +5,8 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +60,20 @@ bool os_purge(void *addr, size_t len)
 void os_nohugepage(void *addr, size_t len)
 {
     os_syscalls.madvise(addr, len, MADV_NOHUGEPAGE);
+}
+
+bool os_thp_always(void)
+{
+    static int always = -1; /* -1: not read yet */
+    if (always < 0) {
+        char buf[128] = {0};
+        int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        always = n > 0 && strstr(buf, "[always]") != NULL;
+    }
+    return always;
 }
 
 size_t os_page_size(void)

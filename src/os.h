@@ -48,6 +48,12 @@ bool os_purge(void *addr, size_t len);
  * residency per OS page stays exact (sampled allocations). */
 void os_nohugepage(void *addr, size_t len);
 
+/* Whether the kernel backs all anonymous memory with transparent huge
+ * pages when it can (/sys/kernel/mm/transparent_hugepage/enabled says
+ * [always]), read once (the first call opens the file: make it at start-up).
+ * False if the file cannot be read. */
+bool os_thp_always(void);
+
 /* The kernel's page size (4 KiB on x86-64), read once. */
 size_t os_page_size(void);
 

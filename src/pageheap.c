@@ -308,6 +308,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
         *zeroed = !s->dirty;
     s->next = s->prev = NULL;
     s->freelist = NULL;
+    s->sample = NULL;
     s->allocated = s->carved = 0;
     s->on_list = 0;
     s->cls = (uint8_t)cls;
@@ -329,6 +330,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
 static void free_locked(struct span *s)
 {
     size_t bytes = s->npages << SA_PAGE_SHIFT;
+    SA_ASSERT(!s->sample); /* a sampled large span is unsampled first (prof.c) */
     if (s->state == SPAN_SMALL) {
         pagemap_set_class_range(span_page(s), s->npages, 0);
         stats.small -= bytes;

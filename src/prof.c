@@ -2,12 +2,16 @@
  * prof.c: the heap profiler: option values, switches, the records of live
  * sampled allocations, and when dumps happen (see prof.h, sampler.h).
  *
- * A sampled allocation lives alone on its own mapping (whole salloc pages,
- * MADV_NOHUGEPAGE; sampled_pages.c), so its residency can be read exactly, and a
- * sampled small allocation also holds a proxy object of its class from the
- * ordinary slabs for its lifetime, so class and span statistics stay true.
- * The pagemap marks the mapping as a SPAN_SAMPLED span pointing at its
- * record, which is how free(), realloc() and malloc_usable_size() find it.
+ * A sampled allocation lives alone on its own pages, so its residency can be
+ * read exactly.  A small one (up to SA_MAX_SMALL) gets a mapping of its own
+ * (whole salloc pages, MADV_NOHUGEPAGE; sampled_pages.c) and holds a proxy
+ * object of its class from the ordinary slabs for its lifetime, so class
+ * and span statistics stay true; the pagemap marks the mapping as a
+ * SPAN_SAMPLED span pointing at its record, which is how free(), realloc()
+ * and malloc_usable_size() find it.  A large one is an ordinary large span
+ * (its own pages by construction) whose `sample` field points at its
+ * record: it is reused, grown in place and decayed like any large block,
+ * and realloc() can sample or unsample it where it stands.
  *
  * Locks: live records sit on SAMPLE_SHARDS lists, each under its own lock
  * (LOCK_RANK_SAMPLES), sharded by address so that threads sampling at once
@@ -79,6 +83,7 @@ struct sample {
     uint64_t rate;      /* R its interval was drawn with */
     struct prof_stack *stack;
     void *proxy;        /* small: an object of its class, held for its life */
+    struct span *span;  /* large: the heap span it is (NULL: its own mapping) */
     int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate */
     uint32_t epoch;
     char thread[32];    /* thread.prof.name when it was taken (pprof label) */
@@ -116,6 +121,7 @@ void prof_boot(void)
     if (!opt_prof)
         return;
     stack_warm_up();
+    os_thp_always(); /* read now: never first inside a sample */
     if ((opt_prof_final || opt_prof_final_peak) && prefix[0])
         atexit(final_dump);
 }
@@ -343,18 +349,58 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
     sa_unlock(&sh->lock);
 }
 
-void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy, bool *zeroed)
+/* Captures the calling thread's stack into the stack table, under the
+ * reentrancy guard; NULL if the thread is already inside the profiler (the
+ * unwinder allocating: that allocation is served unsampled) or the table is
+ * out of memory.  On success the guard stays set: commit_sample or
+ * sample_failed clears it. */
+static struct prof_stack *capture_stack(struct tcache *tc)
 {
     if (tc->prof.in_prof)
-        return NULL; /* the unwinder allocating: serve it unsampled */
+        return NULL;
     tc->prof.in_prof = true;
-
     void *frames[STACK_MAX_DEPTH];
     unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
     struct prof_stack *st = stack_intern(frames, depth);
+    if (!st)
+        tc->prof.in_prof = false;
+    return st;
+}
+
+static void sample_failed(struct tcache *tc)
+{
+    __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
+    tc->prof.in_prof = false;
+}
+
+/* Fills and publishes record `s` of a sample at `mem`, clears the guard and
+ * runs the after-sample checks (interval dumps, peak snapshots). */
+static void commit_sample(struct tcache *tc, struct sample_shard *sh, struct sample *s,
+                          const struct sample *fields)
+{
+    double p = sa_one_minus_exp_neg((double)fields->usable / (double)fields->rate);
+    *s = *fields;
+    s->weight = (int64_t)(fields->usable / p + 0.5);
+    s->epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    memcpy(s->thread, tc->prof.name, sizeof(s->thread) - 1);
+    s->thread[sizeof(s->thread) - 1] = '\0';
+    sample_insert(sh, s);
+    if (opt_prof_accum)
+        stack_accum_add(s->stack, s->usable, s->rate);
+    int64_t live = __atomic_add_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
+    tc->prof.in_prof = false;
+    prof_after_sample(tc);
+    peak_check(live);
+}
+
+void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
+                         void *proxy, bool *zeroed)
+{
+    struct prof_stack *st = capture_stack(tc);
+    if (!st)
+        return NULL;
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
-    void *mem = st ? sampled_pages_get(map_len, align, zeroed) : NULL;
+    void *mem = sampled_pages_get(map_len, align, zeroed);
     struct sample_shard *sh = shard_of(mem);
     struct sample *s = mem ? sample_new(sh) : NULL;
     struct span *span = s ? pageheap_register_sampled(mem, map_len >> SA_PAGE_SHIFT, s) : NULL;
@@ -363,38 +409,71 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
             sample_release(sh, s, false);
         if (mem)
             sampled_pages_put(mem, map_len);
-        __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
-        tc->prof.in_prof = false;
+        sample_failed(tc);
         return NULL;
     }
-    double p = sa_one_minus_exp_neg((double)usable / (double)rate);
-    *s = (struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
-                         .stack = st, .proxy = proxy, .weight = (int64_t)(usable / p + 0.5),
-                         .epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED)};
-    memcpy(s->thread, tc->prof.name, sizeof(s->thread) - 1);
-    s->thread[sizeof(s->thread) - 1] = '\0';
-    sample_insert(sh, s);
-    if (opt_prof_accum)
-        stack_accum_add(st, usable, rate);
-    int64_t live = __atomic_add_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
-    tc->prof.in_prof = false;
-    prof_after_sample(tc);
-    peak_check(live);
+    commit_sample(tc, sh, s,
+                  &(struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
+                                   .stack = st, .proxy = proxy});
     return mem;
+}
+
+bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate)
+{
+    struct prof_stack *st = capture_stack(tc);
+    if (!st)
+        return false;
+    void *mem = (void *)span->start;
+    struct sample_shard *sh = shard_of(mem);
+    struct sample *s = sample_new(sh);
+    if (!s) {
+        sample_failed(tc);
+        return false;
+    }
+    /* Residency is read per OS page: with transparent huge pages on for
+     * all memory, keep the kernel from backing this span with one. */
+    if (os_thp_always())
+        os_nohugepage(mem, span->npages << SA_PAGE_SHIFT);
+    __atomic_store_n(&span->sample, s, __ATOMIC_RELEASE);
+    commit_sample(tc, sh, s,
+                  &(struct sample){.ptr = mem, .usable = usable,
+                                   .map_len = span->npages << SA_PAGE_SHIFT, .rate = rate,
+                                   .stack = st, .span = span});
+    return true;
+}
+
+/* Takes record `s` out of the live samples and the live estimate. */
+static void forget_sample(struct sample *s)
+{
+    __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
+    sample_release(shard_of(s->ptr), s, true);
+}
+
+void prof_unsample_span(struct span *span)
+{
+    struct sample *s = span->sample;
+    __atomic_store_n(&span->sample, NULL, __ATOMIC_RELAXED);
+    forget_sample(s);
 }
 
 size_t prof_free_sampled(struct span *span, void **proxy)
 {
     struct sample *s = span->sample;
-    size_t usable = s->usable;
+    size_t usable = s->usable, map_len = s->map_len;
     void *mem = s->ptr;
-    size_t map_len = s->map_len;
     *proxy = s->proxy;
-    __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
-    sample_release(shard_of(mem), s, true);
+    forget_sample(s);
     pageheap_unregister_sampled(span);
     sampled_pages_put(mem, map_len);
     return usable;
+}
+
+bool prof_is_sampled(const void *p)
+{
+    if (pageheap_sampled_span(p))
+        return true;
+    const struct span *s = pageheap_large_span(p);
+    return s && __atomic_load_n(&s->sample, __ATOMIC_ACQUIRE) != NULL;
 }
 
 size_t prof_sampled_usable(const struct span *span)

@@ -7,9 +7,10 @@
  *   SPAN_SMALL  cut into objects of one size class, owned by that class's
  *               central list (central.c);
  *   SPAN_LARGE  one allocation bigger than the largest class, or aligned
- *               beyond what any class offers;
- *   SPAN_SAMPLED a sampled allocation on its own mapping (prof.c): not part
- *               of the heap's chunks, never free, never merged.
+ *               beyond what any class offers; a sampled one carries its
+ *               record in `sample`;
+ *   SPAN_SAMPLED a sampled small allocation on its own mapping (prof.c):
+ *               not part of the heap's chunks, never free, never merged.
  *
  * Who writes what: the page heap (under its lock) writes start, npages,
  * state and the free-span fields; the class's central list (under its lock)
@@ -41,7 +42,8 @@ struct span {
     uint32_t allocated;  /* small: objects handed out (thread caches + user) */
     uint32_t carved;     /* small: objects ever cut from the span (bump) */
     void *freelist;      /* small: returned objects, linked through word 0 */
-    void *sample;        /* sampled: its record (prof.c) */
+    void *sample;        /* sampled: its record; large: its record if the
+                          * allocation is sampled, else NULL (prof.c) */
     uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */
     struct span *lru_next, *lru_prev; /* free, dirty: oldest first (decay) */
 };

@@ -5,6 +5,8 @@
  *   - the interval draw is exponential with mean R;
  *   - through the real malloc path, an allocation of usable size Z is
  *     sampled with probability 1 - e^(-Z/R), for several Z and R;
+ *   - realloc's result is sampled like a new allocation of its size, also
+ *     in place, and a large block is sampled or unsampled where it stands;
  *   - rate changes and prof.active reach the thread at once.
  *
  * Statistical checks use fixed seeds (or many draws) and a |z| < 5.5 bound
@@ -86,7 +88,7 @@ static void test_sampler_probability_through_malloc(void **state)
         for (unsigned i = 0; i < cases[k].n; i++) {
             void *p = malloc(cases[k].size);
             usable = malloc_usable_size(p);
-            hits += pageheap_sampled_span(p) != NULL;
+            hits += prof_is_sampled(p);
             free(p);
         }
         char what[64];
@@ -108,7 +110,7 @@ static void test_sampler_every_path_samples(void **state)
     assert_int_equal(posix_memalign(&pm, 1 << 16, 300), 0);
     void *ptrs[] = {c, a, r, m, big, pm};
     for (size_t i = 0; i < 6; i++) {
-        assert_non_null(pageheap_sampled_span(ptrs[i]));
+        assert_true(prof_is_sampled(ptrs[i]));
         memset(ptrs[i], 7, 8);
     }
     assert_int_equal((uintptr_t)a % 4096, 0);
@@ -117,10 +119,69 @@ static void test_sampler_every_path_samples(void **state)
     assert_int_equal(((unsigned char *)c)[99], 0);
     assert_int_equal(malloc_usable_size(c), 112);
     r = realloc(r, 5000); /* moves to a new, again sampled, block */
-    assert_non_null(pageheap_sampled_span(r));
+    assert_true(prof_is_sampled(r));
     assert_int_equal(((unsigned char *)r)[7], 7);
     for (size_t i = 0; i < 6; i++)
         free(ptrs[i] == ptrs[2] ? r : ptrs[i]);
+    prof_lg_sample_set(saved);
+}
+
+/* realloc is free(old) plus malloc(new) for the sampler (as in jemalloc):
+ * its result is sampled with the probability of the result's usable size,
+ * in place or not, and a large block changes between sampled and not where
+ * it stands. */
+static void test_sampler_realloc_is_a_new_allocation(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    /* Large, grown in place: sampled as often as a fresh block its size. */
+    prof_lg_sample_set(18);
+    uint64_t hits = 0, in_place = 0;
+    size_t usable = 0;
+    const unsigned n = 8000;
+    for (unsigned i = 0; i < n; i++) {
+        void *p = malloc(300000), *q = realloc(p, 310000);
+        in_place += q == p;
+        usable = malloc_usable_size(q);
+        hits += prof_is_sampled(q);
+        free(q);
+    }
+    assert_true(in_place > n * 9 / 10);
+    assert_binomial(hits, n, -expm1(-(double)usable / (1 << 18)), "realloc in place, large");
+    /* Small, kept in its class: sampled with its class size's probability
+     * (and then moved to pages of its own). */
+    prof_lg_sample_set(12);
+    hits = 0;
+    for (unsigned i = 0; i < 20000; i++) {
+        void *p = malloc(1000), *q = realloc(p, 900);
+        hits += prof_is_sampled(q);
+        free(q);
+    }
+    assert_binomial(hits, 20000, -expm1(-1024.0 / 4096), "realloc in place, small");
+
+    /* Every result due (R = 1): a sampled large block grows in place,
+     * sampled again, contents kept; with the thread's sampling off it is
+     * unsampled where it stands. */
+    prof_lg_sample_set(0);
+    size_t count0 = prof_sample_count();
+    char *big = malloc(1 << 20);
+    assert_true(prof_is_sampled(big));
+    memset(big, 0x5a, 1 << 20);
+    char *grown = realloc(big, 3 << 19);
+    assert_true(prof_is_sampled(grown));
+    assert_int_equal(grown[(1 << 20) - 1], 0x5a);
+    prof_thread_active_set(false);
+    char *plain = realloc(grown, 1 << 20);
+    assert_ptr_equal(plain, grown); /* a shrink never moves */
+    assert_false(prof_is_sampled(plain));
+    assert_int_equal(prof_sample_count(), count0);
+    prof_thread_active_set(true);
+    char *again = realloc(plain, 5 << 18);
+    assert_true(prof_is_sampled(again));
+    assert_int_equal(again[12345], 0x5a);
+    assert_int_equal(prof_sample_count(), count0 + 1);
+    free(again);
+    assert_int_equal(prof_sample_count(), count0);
     prof_lg_sample_set(saved);
 }
 
@@ -134,11 +195,11 @@ static void test_sampler_reused_pages_are_cleared_for_calloc(void **state)
     for (int round = 0; round < 50; round++) {
         size_t size = 16 + (size_t)round * 80; /* up to 3936: one OS page */
         unsigned char *p = malloc(size);
-        assert_non_null(pageheap_sampled_span(p));
+        assert_true(prof_is_sampled(p));
         memset(p, 0xff, size);
         free(p);
         unsigned char *q = calloc(1, size);
-        assert_non_null(pageheap_sampled_span(q));
+        assert_true(prof_is_sampled(q));
         for (size_t i = 0; i < size; i++)
             if (q[i])
                 fail_msg("calloc(%zu) byte %zu is %d after reuse", size, i, q[i]);
@@ -153,7 +214,7 @@ static unsigned count_sampled(unsigned n, size_t size)
     unsigned hits = 0;
     for (unsigned i = 0; i < n; i++) {
         void *p = malloc(size);
-        hits += pageheap_sampled_span(p) != NULL;
+        hits += prof_is_sampled(p);
         free(p);
     }
     return hits;
@@ -200,9 +261,14 @@ static void check_byte_counts(void)
     uint64_t a1 = prof_thread_allocated();
     size_t up = malloc_usable_size(p), uq = malloc_usable_size(q);
     assert_int_equal(a1 - a0, up + uq);
+    /* realloc: the new usable size allocated, the old freed, moved or not */
+    void *volatile r = realloc(q, 3 << 19); /* grows in place, usually */
+    size_t ur = malloc_usable_size(r);
+    assert_int_equal(prof_thread_allocated() - a1, ur);
+    assert_int_equal(prof_thread_deallocated() - d0, uq);
     free(p);
-    free(q);
-    assert_int_equal(prof_thread_deallocated() - d0, up + uq);
+    free(r);
+    assert_int_equal(prof_thread_deallocated() - d0, up + uq + ur);
 }
 
 static void test_sampler_thread_byte_counts(void **state)
@@ -229,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_sampler_intervals_are_exponential),
         cmocka_unit_test(test_sampler_probability_through_malloc),
         cmocka_unit_test(test_sampler_every_path_samples),
+        cmocka_unit_test(test_sampler_realloc_is_a_new_allocation),
         cmocka_unit_test(test_sampler_active_switches),
         cmocka_unit_test(test_sampler_reused_pages_are_cleared_for_calloc),
         cmocka_unit_test(test_sampler_thread_byte_counts),
