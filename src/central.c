@@ -9,6 +9,20 @@
  * objects have all come back goes to the page heap, except that one such
  * empty span per class is kept, so a program hovering at a span boundary
  * does not map and unmap it on every batch.
+ *
+ * Span affinity.  Objects of one cache line handed to two threads make
+ * both threads' writes fight over the line (false sharing): it happens
+ * when one thread's freed objects (a cross-thread free, or a cache flushed
+ * at thread exit) go back to their spans and the central list hands them
+ * to another thread.  So each small span remembers the thread cache that
+ * last took objects from it (`owner`, a generation word of that cache and
+ * its value), and a batch is taken from the first of the first
+ * AFFINITY_SCAN partial spans that is this thread's, nobody's, or whose
+ * owner has gone (exited: its generation moved on); failing that from the
+ * kept empty span or a new one, and only when the heap has no memory left
+ * from anyone's.  A thread then keeps to spans of its own, as mimalloc's
+ * thread-owned pages do, at the price of a partly used span per class and
+ * thread.
  */
 #include "central.h"
 
@@ -55,6 +69,9 @@ static void partial_remove(struct central *c, struct span *s)
     s->on_list = 0;
 }
 
+/* Partial spans looked at for one of the taker's own before a new span. */
+#define AFFINITY_SCAN 16
+
 /* A span to take objects from: the kept empty one, or a new one. */
 static struct span *span_for_alloc(struct central *c, unsigned cls)
 {
@@ -71,7 +88,34 @@ static struct span *span_for_alloc(struct central *c, unsigned cls)
     return s;
 }
 
-unsigned central_alloc_batch(unsigned cls, unsigned want, void **head, void **tail)
+/* Classes up to this size keep to their threads' own spans: several of
+ * their objects share a cache line.  Larger ones are left unowned: an
+ * object of 256 bytes or more shares at most its first and last lines, and
+ * a span of its own per thread would cost each thread pages. */
+#define AFFINITY_MAX_SIZE 256
+
+/* Whether `owner` may take objects from `s` without sharing its lines with
+ * another live thread. */
+static bool may_take(const struct span *s, struct central_owner owner)
+{
+    return !owner.gen || !s->owner || s->owner == owner.gen ||
+           __atomic_load_n(s->owner, __ATOMIC_RELAXED) != s->owner_gen;
+}
+
+/* The span the next objects of a batch come from (span affinity, above). */
+static struct span *span_for(struct central *c, unsigned cls, struct central_owner owner)
+{
+    struct span *s = c->partial;
+    for (unsigned k = 0; s && k < AFFINITY_SCAN; s = s->next, k++)
+        if (may_take(s, owner))
+            return s;
+    if ((s = span_for_alloc(c, cls)))
+        return s;
+    return c->partial; /* out of memory: anyone's will do */
+}
+
+unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
+                             void **head, void **tail)
 {
     struct central *c = central_of(cls);
     size_t size = sizeclass_size(cls);
@@ -80,9 +124,13 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, void **head, void **ta
 
     sa_lock(&c->lock);
     while (got < want) {
-        struct span *s = c->partial ? c->partial : span_for_alloc(c, cls);
+        struct span *s = span_for(c, cls, owner);
         if (!s)
             break;
+        if (size <= AFFINITY_MAX_SIZE) {
+            s->owner = owner.gen;
+            s->owner_gen = owner.value;
+        }
         while (got < want) {
             void *obj = s->freelist;
             if (obj)

@@ -12,11 +12,22 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-/* Takes up to `want` (>= 1) objects of class `cls`: returns how many, chained
- * from *head through word 0 with *tail the last (its word 0 is undefined).
- * Returns 0 only when the page heap is out of memory (errno ENOMEM). */
-unsigned central_alloc_batch(unsigned cls, unsigned want, void **head, void **tail);
+/* Who takes a batch, for span affinity (central.c): a word the owner
+ * changes when it goes away (a thread cache's generation, bumped at thread
+ * exit) and its value now.  An owner with a NULL word is anonymous. */
+struct central_owner {
+    const uint32_t *gen;
+    uint32_t value;
+};
+
+/* Takes up to `want` (>= 1) objects of class `cls` for `owner`: returns how
+ * many, chained from *head through word 0 with *tail the last (its word 0
+ * is undefined).  Returns 0 only when the page heap is out of memory (errno
+ * ENOMEM). */
+unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
+                             void **head, void **tail);
 
 /* Gives back `n` objects of class `cls` chained from `head` through word 0
  * (the last one's link is ignored). */

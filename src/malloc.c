@@ -50,7 +50,7 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
         struct tcache_bin *bin = &tc->bins[cls];
         return (obj = bin->head) ? tcache_bin_pop(bin, obj) : tcache_refill(tc, cls);
     }
-    return central_alloc_batch(cls, 1, &obj, &tail) ? obj : NULL;
+    return central_alloc_batch(cls, 1, (struct central_owner){NULL, 0}, &obj, &tail) ? obj : NULL;
 }
 
 /* Gives a proxy object back.  Like its allocation (alloc_sampled), this is

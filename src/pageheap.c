@@ -309,6 +309,8 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     s->next = s->prev = NULL;
     s->freelist = NULL;
     s->sample = NULL;
+    s->owner = NULL;
+    s->owner_gen = 0;
     s->allocated = s->carved = 0;
     s->on_list = 0;
     s->cls = (uint8_t)cls;

@@ -42,6 +42,9 @@ struct span {
     uint32_t allocated;  /* small: objects handed out (thread caches + user) */
     uint32_t carved;     /* small: objects ever cut from the span (bump) */
     void *freelist;      /* small: returned objects, linked through word 0 */
+    const uint32_t *owner; /* small: generation word of the thread cache that
+                          * last took objects from it (NULL: none), and */
+    uint32_t owner_gen;  /* its value then: the owner is gone once it differs */
     void *sample;        /* sampled: its record; large: its record if the
                           * allocation is sampled, else NULL (prof.c) */
     uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */

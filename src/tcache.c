@@ -14,6 +14,7 @@
  */
 #include "tcache.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "central.h"
@@ -61,7 +62,7 @@ struct tcache *tcache_create(void)
     if (!tc && !(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
         return NULL;
 
-    memset(tc, 0, sizeof(*tc));
+    memset(tc, 0, offsetof(struct tcache, incarnation)); /* 0 in a fresh record */
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         tc->bins[cls].size = (uint32_t)sizeclass_size(cls);
         tcache_bin_set_max(&tc->bins[cls], TCACHE_INITIAL_MAX < sizeclass_batch(cls)
@@ -99,9 +100,16 @@ void tcache_flush_all(struct tcache *tc)
         flush_bin(tc, cls, tcache_bin_count(&tc->bins[cls]));
 }
 
+/* The record's thread is gone: spans it owned become anyone's. */
+static void end_incarnation(struct tcache *tc)
+{
+    __atomic_store_n(&tc->incarnation, tc->incarnation + 1, __ATOMIC_RELAXED);
+}
+
 void tcache_destroy(struct tcache *tc)
 {
     tcache_flush_all(tc);
+    end_incarnation(tc);
     sa_lock(&registry_lock);
     if (tc->prev)
         tc->prev->next = tc->next;
@@ -147,7 +155,8 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
     void *head, *tail;
     /* Slow start: fetch max objects (it starts small), so a short-lived
      * thread that wants one object does not carve and touch a whole batch. */
-    unsigned n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, &head, &tail);
+    struct central_owner me = {&tc->incarnation, tc->incarnation};
+    unsigned n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, me, &head, &tail);
     if (n == 0)
         return NULL;
     /* All n enter the list and the first is popped at once: the caller's
@@ -212,6 +221,9 @@ void tcache_postfork_parent(void) { sa_unlock(&registry_lock); }
 void tcache_postfork_child(struct tcache *self)
 {
     sa_lock_reinit(&registry_lock);
+    for (struct tcache *tc = registry; tc; tc = tc->next)
+        if (tc != self) /* that thread did not come along */
+            end_incarnation(tc);
     registry = NULL;
     if (self) {
         self->next = self->prev = NULL;

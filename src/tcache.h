@@ -75,8 +75,14 @@ struct tcache {
     struct tcache_prof prof;
     /* Slow-path bookkeeping. */
     uint32_t events;                      /* refills + overflows, for budget checks */
+
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
     struct tcache *next, *prev;           /* registry, under its lock */
+    /* Bumped when the record's thread goes away (exit, or absent from a fork
+     * child): spans it owned become anyone's (central.h, span affinity).
+     * Read by other threads at any time, so it is last and a new cache's
+     * clearing stops before it: it survives the record's reuse. */
+    uint32_t incarnation;
 };
 
 /* The calling thread's cache (init.c owns the TLS; initial-exec, one pointer). */

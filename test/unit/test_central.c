@@ -1,22 +1,29 @@
 /*
  * test_central.c: batches between the central lists and their callers:
  * objects are distinct, inside spans of their class, at object boundaries;
- * spans come and go with their objects; counts stay consistent.
+ * spans come and go with their objects; counts stay consistent; two live
+ * thread caches never get objects of one span (span affinity), and a gone
+ * one's spans are anyone's.
  */
 #include "unit.h"
 
-static void take(unsigned cls, unsigned n, void **out)
+static void take_as(struct central_owner owner, unsigned cls, unsigned n, void **out)
 {
     unsigned got = 0;
     while (got < n) {
         void *head, *tail;
-        unsigned k = central_alloc_batch(cls, n - got, &head, &tail);
+        unsigned k = central_alloc_batch(cls, n - got, owner, &head, &tail);
         assert_true(k >= 1);
         for (unsigned i = 0; i < k; i++) {
             out[got++] = head;
             head = *(void **)head;
         }
     }
+}
+
+static void take(unsigned cls, unsigned n, void **out)
+{
+    take_as((struct central_owner){NULL, 0}, cls, n, out);
 }
 
 static void give(unsigned cls, unsigned n, void **objs)
@@ -109,9 +116,40 @@ static void test_central_reuses_returned_objects(void **state)
     free(again);
 }
 
+/* Span affinity: A's objects given back (as a cross-thread free or an exit
+ * flush does) are not handed to B while A lives, so no cache line holds
+ * objects of both; once A is gone, B reuses A's span. */
+static void test_central_live_owners_get_their_own_spans(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(16);
+    uint32_t gen_a = 7, gen_b = 3;
+    struct central_owner a = {&gen_a, gen_a}, b = {&gen_b, gen_b};
+    enum { N = 64 };
+    void *objs_a[N], *objs_b[N], *again[N];
+    take_as(a, cls, N, objs_a);
+    give(cls, N / 2, objs_a); /* half of A's back in A's span */
+    take_as(b, cls, N, objs_b);
+    struct span *span_a = pagemap_span(objs_a[N - 1]);
+    for (unsigned i = 0; i < N; i++)
+        assert_ptr_not_equal(pagemap_span(objs_b[i]), span_a);
+    give(cls, N, objs_b);
+    /* A is gone (its cache's generation moved on): its span is B's to use. */
+    gen_a++;
+    take_as(b, cls, N, again);
+    unsigned from_a = 0;
+    for (unsigned i = 0; i < N; i++)
+        from_a += pagemap_span(again[i]) == span_a;
+    assert_true(from_a >= N / 2);
+    give(cls, N, again);
+    give(cls, N / 2, objs_a + N / 2);
+    central_check(cls);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_central_live_owners_get_their_own_spans),
         cmocka_unit_test(test_central_batches_are_distinct_objects_of_the_class),
         cmocka_unit_test(test_central_empty_spans_go_back),
         cmocka_unit_test(test_central_reuses_returned_objects),
