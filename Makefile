@@ -125,6 +125,9 @@ test/bin/prof_reentrancy: test/integration/prof_reentrancy.cc | test/bin
 test/bin/cxx_threads: test/integration/cxx_threads.cc | test/bin
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
 
+test/bin/cxx_new_check: test/integration/cxx_new_check.cc | test/bin
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
+
 # ThreadSanitizer: tsan replaces the process's malloc, so salloc is built
 # into the test under other names (sa_tsan_malloc, ...) and the stress test's
 # calls are renamed to match: tsan then watches salloc's own code and locks.
@@ -153,7 +156,7 @@ TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/bui
 # backtrace() (a disagreement fails test_real_programs).
 HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 
-TEST_PROGRAMS := test/bin/cxx_threads test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
+TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
       bench/bin/callgrind_pair

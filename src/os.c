@@ -17,8 +17,12 @@ SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise};
 
 static void *map_raw(size_t len)
 {
-    void *p = os_syscalls.mmap(NULL, len, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* No MAP_NORESERVE: under the kernel's default overcommit heuristic a
+     * request larger than the machine could ever back (malloc(64 TiB)) then
+     * fails here, with ENOMEM, as it does with glibc, instead of succeeding
+     * and leaving the failure to the OOM killer. */
+    void *p = os_syscalls.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                               -1, 0);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;

@@ -32,8 +32,9 @@ struct os_syscalls {
 extern SA_TEST_MUTABLE struct os_syscalls os_syscalls;
 
 /* Fresh zeroed read-write memory of `len` bytes (a multiple of the OS page),
- * aligned to `align` (a power of two, at least the OS page).  Reserved
- * lazily: untouched pages cost no resident memory.  NULL + ENOMEM on failure. */
+ * aligned to `align` (a power of two, at least the OS page).  Untouched
+ * pages cost no resident memory; the kernel's overcommit policy applies
+ * (no MAP_NORESERVE), so an absurd length fails.  NULL + ENOMEM on failure. */
 void *os_map(size_t len, size_t align);
 
 /* Gives the range back to the kernel entirely. */

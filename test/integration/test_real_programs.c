@@ -725,9 +725,39 @@ static void test_real_programs_cxx_threads(void **state)
     free(path);
 }
 
+/* ------------------------------------------------------------------ */
+/* C++'s operator new and delete: salloc defines them (src/cxx_new.c).
+ * cxx_new_check runs every form and the out-of-memory cases (bad_alloc,
+ * nothrow, new_handler); preloaded it also checks that they are salloc's. */
+
+static void test_real_programs_cxx_operators(void **state)
+{
+    const char *tmp = *state, *lib = salloc_lib();
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/cxx_new_check", dir && *dir ? dir : "test/bin");
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("cxx_new_check not found at %s (make test/bin/cxx_new_check)", bin);
+    char *plain_argv[] = { path, NULL }, *pre_argv[] = { path, "salloc", NULL };
+    run_t plain, pre;
+    run_program(plain_argv, tmp, tmp, NULL, NULL, 60, &plain);
+    run_program(pre_argv, tmp, tmp, lib, NULL, 60, &pre);
+    expect_success("cxx_new_check (plain)", &plain);
+    expect_success("cxx_new_check (preload)", &pre);
+    assert_non_null(strstr(pre.out, "ok: operator new is salloc's"));
+    assert_non_null(strstr(pre.out, "ok: new_handler called once, then std::bad_alloc"));
+    assert_non_null(strstr(pre.out, "all checks passed"));
+    run_free(&plain);
+    run_free(&pre);
+    free(path);
+    free(bin);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_real_programs_cxx_operators,
+                                        tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_preload_reaches_only_children,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_cxx_threads,
