@@ -393,11 +393,11 @@ static int ctl_prof_sample_count(const struct ctl_ctx *cx, union ctl_val *old,
     return 0;
 }
 
-static int ctl_prof_unwind_fallbacks(const struct ctl_ctx *cx, union ctl_val *old,
+static int ctl_prof_unwind_truncated(const struct ctl_ctx *cx, union ctl_val *old,
                                      const union ctl_val *new)
 {
     (void)cx, (void)new;
-    old->u64 = stack_unwind_fallbacks();
+    old->u64 = stack_unwind_truncated();
     return 0;
 }
 
@@ -535,8 +535,8 @@ static const struct ctl_row table[] = {
     FN("prof.residency", T_BOOL, A_R, ctl_prof_residency, 0),
     FN("prof.sample_count", T_SIZE, A_R, ctl_prof_sample_count, 0),
     FN("prof.thread_active_init", T_BOOL, A_RW, ctl_prof_thread_active_init, G_PROF_WRITE),
-    FN("prof.unwind_fallbacks", T_UINT64, A_R, ctl_prof_unwind_fallbacks, 0),
     FN("prof.unwind_mismatches", T_UINT64, A_R, ctl_prof_unwind_mismatches, 0),
+    FN("prof.unwind_truncated", T_UINT64, A_R, ctl_prof_unwind_truncated, 0),
     STAT("stats.active", active),
     STAT("stats.allocated", allocated),
     BINSTAT("stats.arenas.<i>.bins.<j>.curregs", curregs),

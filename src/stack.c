@@ -37,7 +37,7 @@ int stack_in_salloc(const void *addr)
 
 /* opt.prof_unwind, read once at start-up. */
 static enum { WALK_FAST, WALK_LIBGCC, WALK_CHECK } walker;
-static uint64_t fallbacks, mismatches; /* relaxed atomics */
+static uint64_t truncated, mismatches; /* relaxed atomics */
 
 /* Frames above salloc's own: the index of the first one not in salloc. */
 static int first_outside(void *const *raw, int n)
@@ -69,16 +69,28 @@ static void check_against_libgcc(void *const *raw, int n)
                    bad < m - b ? ref[b + bad] : NULL, m - b);
 }
 
+/* By default a stack the walker cannot finish is kept as far as it got
+ * (counted in prof.unwind_truncated): calling libgcc instead would mean
+ * loading it, and its first load from inside a sample could wait for the
+ * loader lock held by a thread that waits for this one; loaded at start-up
+ * it costs every process about 300 KiB of resident memory for a case the
+ * walker never meets in practice (a CFA expression, a frame over 1 MiB). */
 unsigned stack_capture(void **frames, unsigned max)
 {
     void *raw[STACK_MAX_DEPTH + 16];
-    int n = walker == WALK_LIBGCC ? -1 : unwind_capture(raw, STACK_MAX_DEPTH + 16);
-    if (n < 0) {
-        if (walker != WALK_LIBGCC)
-            __atomic_fetch_add(&fallbacks, 1, __ATOMIC_RELAXED);
+    int n;
+    if (walker == WALK_LIBGCC) {
         n = backtrace(raw, STACK_MAX_DEPTH + 16);
-    } else if (walker == WALK_CHECK) {
-        check_against_libgcc(raw, n);
+    } else {
+        bool complete;
+        n = (int)unwind_capture(raw, STACK_MAX_DEPTH + 16, &complete);
+        if (!complete) {
+            __atomic_fetch_add(&truncated, 1, __ATOMIC_RELAXED);
+            if (walker == WALK_CHECK)
+                n = backtrace(raw, STACK_MAX_DEPTH + 16);
+        } else if (walker == WALK_CHECK) {
+            check_against_libgcc(raw, n);
+        }
     }
     int first = first_outside(raw, n);
     unsigned depth = (unsigned)(n - first);
@@ -88,7 +100,7 @@ unsigned stack_capture(void **frames, unsigned max)
     return depth;
 }
 
-uint64_t stack_unwind_fallbacks(void) { return __atomic_load_n(&fallbacks, __ATOMIC_RELAXED); }
+uint64_t stack_unwind_truncated(void) { return __atomic_load_n(&truncated, __ATOMIC_RELAXED); }
 uint64_t stack_unwind_mismatches(void) { return __atomic_load_n(&mismatches, __ATOMIC_RELAXED); }
 
 void stack_warm_up(void)
@@ -97,8 +109,10 @@ void stack_warm_up(void)
              : !strcmp(opt_prof_unwind, "check") ? WALK_CHECK
                                                  : WALK_FAST;
     void *frames[4];
-    backtrace(frames, 4); /* loads libgcc: the fallback must never do it later */
-    unwind_capture(frames, 4);
+    bool complete;
+    if (walker != WALK_FAST)
+        backtrace(frames, 4); /* loads libgcc now: never first inside a sample */
+    unwind_capture(frames, 4, &complete);
 }
 
 static uint64_t hash_frames(void *const *frames, unsigned depth)

@@ -2,11 +2,11 @@
  * stack.h: capturing the stack of a sampled allocation, and the table that
  * stores each distinct stack once.
  *
- * Capture uses salloc's cached DWARF walker (unwind.h), and the C
- * library's backtrace() (libgcc's unwinder underneath) for any capture the
- * walker gives up on.  libgcc is loaded on first use: stack_warm_up() does
- * that at start-up, outside any allocator lock, so a later capture neither
- * allocates nor loads anything.  Callers hold no allocator lock and set the
+ * Capture uses salloc's cached DWARF walker (unwind.h).  With
+ * opt.prof_unwind:libgcc (or check) it uses the C library's backtrace()
+ * (libgcc's unwinder underneath) instead (or as well); libgcc is loaded on
+ * first use, which stack_warm_up() then makes happen at start-up, outside
+ * any allocator lock, so a later capture never loads anything.  Callers hold no allocator lock and set the
  * thread's reentrancy guard (tcache_prof.in_prof), so an allocation made by
  * the unwinder itself is served normally and never sampled.  salloc's own
  * frames are cut off: every salloc function lives in the salloc_text
@@ -20,6 +20,7 @@
 #ifndef SA_STACK_H
 #define SA_STACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,13 +43,14 @@ struct prof_stack {
 };
 
 /* The calling thread's stack above salloc, up to `max` frames: by the
- * cached walker (unwind.h), or by backtrace() when the walker gives up or
- * opt.prof_unwind is "libgcc"; "check" runs both and compares. */
+ * cached walker (unwind.h), kept as far as it got if it cannot finish; by
+ * backtrace() when opt.prof_unwind is "libgcc"; "check" runs both, compares
+ * them and keeps backtrace()'s when the walker did not finish. */
 unsigned stack_capture(void **frames, unsigned max);
-/* Captures the walker gave up on (prof.unwind_fallbacks) and captures on
- * which it disagreed with backtrace() under prof_unwind:check
+/* Captures the walker could not finish (prof.unwind_truncated), and those
+ * on which it disagreed with backtrace() under prof_unwind:check
  * (prof.unwind_mismatches). */
-uint64_t stack_unwind_fallbacks(void);
+uint64_t stack_unwind_truncated(void);
 uint64_t stack_unwind_mismatches(void);
 
 /* The one record for this stack, created on first sight; NULL on ENOMEM. */

@@ -20,18 +20,21 @@
 #include <link.h>
 #include <stddef.h>
 #include <string.h>
+#include <ucontext.h>
 
 #include "util.h"
 
 /* ---- rules ----
- * bits 0-1 kind, bit 2 CFA is rbp-based (else rsp), bits 3-10 rbp slot k
- * (rbp saved at CFA - 8k; 0: rbp unchanged), bits 11-31 CFA offset. */
-enum { RULE_EMPTY = 0, RULE_FRAME = 1, RULE_END = 2, RULE_GIVE_UP = 3 };
-#define RULE_KIND(r) ((r) & 3u)
-#define RULE_CFA_RBP(r) (((r) >> 2) & 1u)
-#define RULE_RBP_SLOT(r) (((r) >> 3) & 0xffu)
-#define RULE_CFA_OFF(r) ((r) >> 11)
-#define RULE_CFA_OFF_MAX ((1u << 21) - 1)
+ * bits 0-2 kind, bit 3 CFA is rbp-based (else rsp), bits 4-11 rbp slot k
+ * (rbp saved at CFA - 8k; 0: rbp unchanged), bits 12-31 CFA offset.
+ * RULE_SIGNAL: the return address is a signal trampoline (its CIE says 'S'):
+ * the interrupted registers are in the ucontext the kernel left there. */
+enum { RULE_EMPTY = 0, RULE_FRAME = 1, RULE_END = 2, RULE_GIVE_UP = 3, RULE_SIGNAL = 4 };
+#define RULE_KIND(r) ((r) & 7u)
+#define RULE_CFA_RBP(r) (((r) >> 3) & 1u)
+#define RULE_RBP_SLOT(r) (((r) >> 4) & 0xffu)
+#define RULE_CFA_OFF(r) ((r) >> 12)
+#define RULE_CFA_OFF_MAX ((1u << 20) - 1)
 
 #define DW_REG_RBP 6
 #define DW_REG_RSP 7
@@ -434,8 +437,8 @@ static uint32_t rule_of_row(const struct row *r, const struct cie *ci)
     } else if (r->rbp.how != SAME) {
         return RULE_GIVE_UP;
     }
-    return RULE_FRAME | (uint32_t)(r->cfa_reg == DW_REG_RBP) << 2 | slot << 3 |
-           (uint32_t)r->cfa_off << 11;
+    return RULE_FRAME | (uint32_t)(r->cfa_reg == DW_REG_RBP) << 3 | slot << 4 |
+           (uint32_t)r->cfa_off << 12;
 }
 
 /* The rule for code address `pc`, from the object's .eh_frame. */
@@ -463,6 +466,8 @@ static uint32_t compute_rule(uintptr_t pc)
         return RULE_GIVE_UP;
     if (pc < begin || pc - begin >= range)
         return RULE_END; /* in a gap between FDEs: no unwind information */
+    if (ci.signal_frame)
+        return RULE_SIGNAL;
     struct row initial = {.cfa_reg = DW_REG_RSP}, r;
     struct program pg = {.ci = &ci, .initial = NULL, .target = pc};
     struct cursor init = ci.initial;
@@ -571,39 +576,62 @@ static uint64_t generation(void)
     return subs & ((1u << (64 - KEY_PC_BITS)) - 1);
 }
 
+/* x86-64 Linux's signal return trampoline (glibc's __restore_rt, the
+ * sa_restorer every handler returns through): mov $15, %rax; syscall. */
+static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05};
+
 /* The walk proper.  A frame step with rule r:
  *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
  *     unchanged;  rsp = cfa.
- * The first address (`pc`) is an exact one; every later one is a return
- * address, looked up at ra - 1 so that a call at the very end of a
- * function (a noreturn call) still finds its own FDE. */
-static int walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, void **frames, unsigned max)
+ * A signal frame: the handler returned into the trampoline with rsp at the
+ * ucontext the kernel saved, whose registers are the interrupted ones.
+ * The first address (`pc`) is an exact one, as is an interrupted
+ * instruction; every other is a return address, looked up at ra - 1 so
+ * that a call at the very end of a function (a noreturn call) still finds
+ * its own FDE.  *complete says whether the walk reached the end of the
+ * stack (or `max` frames); if not it stopped at a frame it could not
+ * unwind, and the frames before it are still right. */
+static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, void **frames, unsigned max,
+                     bool *complete)
 {
     uint64_t gen = generation();
     unsigned n = 0;
-    for (bool exact = true; n < max; exact = false) {
+    bool exact = true;
+    *complete = false;
+    while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
         uint32_t r = gen == UINT64_MAX ? compute_rule(at) : rule_for(at, gen);
-        if (RULE_KIND(r) == RULE_END)
-            break;
-        if (RULE_KIND(r) != RULE_FRAME)
-            return -1;
-        uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
-        if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
-            return -1;
-        pc = *(const uintptr_t *)(cfa - 8);
-        if (RULE_RBP_SLOT(r))
-            rbp = *(const uintptr_t *)(cfa - 8 * RULE_RBP_SLOT(r));
-        sp = cfa;
+        exact = false;
+        if (RULE_KIND(r) == RULE_SIGNAL) {
+            if (memcmp((const void *)pc, sigreturn_code, sizeof(sigreturn_code)))
+                return n;
+            const ucontext_t *uc = (const ucontext_t *)sp;
+            pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+            sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+            rbp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+            exact = true; /* the interrupted instruction, not a return address */
+        } else if (RULE_KIND(r) == RULE_FRAME) {
+            uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
+            if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
+                return n;
+            pc = *(const uintptr_t *)(cfa - 8);
+            if (RULE_RBP_SLOT(r))
+                rbp = *(const uintptr_t *)(cfa - 8 * RULE_RBP_SLOT(r));
+            sp = cfa;
+        } else {
+            *complete = RULE_KIND(r) == RULE_END;
+            return n;
+        }
         if (pc == 0)
             break;
         frames[n++] = (void *)pc;
     }
-    return (int)n;
+    *complete = true;
+    return n;
 }
 
 #if defined(__x86_64__)
-__attribute__((noinline)) int unwind_capture(void **frames, unsigned max)
+__attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, bool *complete)
 {
     count(&stats.captures);
     /* Where this function is, and its rsp and rbp there: the CFI for that
@@ -613,26 +641,27 @@ __attribute__((noinline)) int unwind_capture(void **frames, unsigned max)
                      "mov %%rsp, %1\n\t"
                      "mov %%rbp, %2"
                      : "=&r"(pc), "=&r"(sp), "=&r"(rbp));
-    int n = walk(pc, sp, rbp, frames, max);
-    if (n < 0)
-        count(&stats.gave_up);
+    unsigned n = walk(pc, sp, rbp, frames, max, complete);
+    if (!*complete)
+        count(&stats.incomplete);
     return n;
 }
 #else
-/* Other architectures: no walker yet; stack.c uses backtrace(). */
-int unwind_capture(void **frames, unsigned max)
+/* Other architectures: no walker yet (stack.c says what then). */
+unsigned unwind_capture(void **frames, unsigned max, bool *complete)
 {
     (void)frames, (void)max, (void)walk;
     count(&stats.captures);
-    count(&stats.gave_up);
-    return -1;
+    count(&stats.incomplete);
+    *complete = false;
+    return 0;
 }
 #endif
 
 void unwind_get_stats(struct unwind_stats *st)
 {
     st->captures = __atomic_load_n(&stats.captures, __ATOMIC_RELAXED);
-    st->gave_up = __atomic_load_n(&stats.gave_up, __ATOMIC_RELAXED);
+    st->incomplete = __atomic_load_n(&stats.incomplete, __ATOMIC_RELAXED);
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
     st->flushes = __atomic_load_n(&stats.flushes, __ATOMIC_RELAXED);
 }

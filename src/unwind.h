@@ -14,12 +14,14 @@
  *     rbp unchanged, or saved at CFA - 8k
  *
  * which covers what compilers emit for ordinary functions on x86-64, with
- * or without frame pointers.  A frame that needs more (a signal frame, a
- * CFA expression, a CFA in another register, a realigned stack) makes
- * unwind_capture() give up, and the caller uses backtrace() for that
- * capture instead: the walker is a cache in front of libgcc, never a
- * second opinion.  opt.prof_unwind:check compares every capture with
- * backtrace() (prof.unwind_mismatches counts disagreements).
+ * or without frame pointers, and signal frames (the kernel's saved
+ * registers, read at the trampoline).  A frame that needs more (a CFA
+ * expression, a CFA in another register, a realigned stack) stops the walk
+ * there: the frames before it are right, and the caller knows the stack
+ * is incomplete (stack.c decides what then).  opt.prof_unwind:check
+ * compares every capture with libgcc's backtrace() (prof.unwind_mismatches
+ * counts disagreements); in the programs make test runs, python3 among
+ * them, the walker never stops early.
  *
  * The cache is global and lock-free: 4096 direct-mapped entries, each
  * guarded by its own sequence number, so threads share what any of them
@@ -44,16 +46,17 @@
 /* A frame larger than this is taken for a broken rule (and libgcc asked). */
 #define UNWIND_MAX_FRAME ((uintptr_t)1 << 20)
 
-/* The return addresses of the caller's frames, innermost first: the first
- * is a return address into the function that called unwind_capture().
- * Returns how many (at most `max`), or -1 if some frame cannot be unwound
- * by a cached rule and the capture must be made another way. */
-int unwind_capture(void **frames, unsigned max);
+/* The return addresses of the caller's frames, innermost first (and, past
+ * a signal frame, the interrupted instruction's address, as backtrace()
+ * gives it): the first is a return address into the function that called
+ * unwind_capture().  Returns how many (at most `max`); *complete is false
+ * if the walk stopped at a frame no rule could unwind. */
+unsigned unwind_capture(void **frames, unsigned max, bool *complete);
 
 /* Counters for tests and statistics. */
 struct unwind_stats {
     uint64_t captures;  /* unwind_capture() calls */
-    uint64_t gave_up;   /* of those, returned -1 */
+    uint64_t incomplete; /* of those, stopped at a frame it could not unwind */
     uint64_t misses;    /* rules computed from .eh_frame (cache misses) */
     uint64_t flushes;   /* times a dlclose() made every rule stale */
 };

@@ -272,9 +272,9 @@ static void test_ctl_prof_switches(void **state)
     len = sizeof(count);
     assert_int_equal(mallctl("prof.unwind_mismatches", &count, &len, NULL, 0), 0);
     assert_int_equal(count, 0);
-    assert_int_equal(mallctl("prof.unwind_fallbacks", &count, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("prof.unwind_truncated", &count, &len, NULL, 0), 0);
     assert_int_equal(count, 0);
-    assert_int_equal(mallctl("prof.unwind_fallbacks", NULL, NULL, &count, sizeof(count)), EPERM);
+    assert_int_equal(mallctl("prof.unwind_truncated", NULL, NULL, &count, sizeof(count)), EPERM);
 }
 
 /* spec 1.2: the prof.* names with profiling off.  opt_prof is flipped here

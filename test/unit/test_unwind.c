@@ -7,9 +7,10 @@
  *     back (qsort, bsearch), threads, stacks deeper than the buffer;
  *   - the same stacks again once the rule cache is warm, and from several
  *     threads at once (the cache is shared and lock-free);
- *   - frames it must not unwind itself: a signal frame and a frame larger
- *     than UNWIND_MAX_FRAME make it give up, and stack_capture() then
- *     still returns backtrace()'s stack;
+ *   - a signal handler's stack, through the kernel's signal frame, is
+ *     backtrace()'s too;
+ *   - a frame larger than UNWIND_MAX_FRAME stops the walk: the frames
+ *     before it are kept and stack_capture() counts it truncated;
  *   - a library unloaded and another loaded in its place: rules cached for
  *     the first must not be used for the second (dlpi_subs flush);
  *   - the rules themselves at known addresses: a function's entry, _start.
@@ -20,6 +21,7 @@
  */
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -33,21 +35,22 @@
 struct both {
     void *walk[MAXF], *ref[MAXF];
     int nwalk, nref;
+    bool complete;
 };
 
 /* noipa: a real call with its own frame, never merged into its caller. */
 __attribute__((noipa)) static void capture_both(struct both *b)
 {
-    b->nwalk = unwind_capture(b->walk, MAXF);
+    b->nwalk = (int)unwind_capture(b->walk, MAXF, &b->complete);
     b->nref = backtrace(b->ref, MAXF);
     __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
 /* 0 if the walker's stack is backtrace()'s; else the first differing index
- * (or -1 when the walker gave up). */
+ * (or -1 when the walker did not finish). */
 static int compare(const struct both *b)
 {
-    if (b->nwalk < 0)
+    if (!b->complete)
         return -1;
     if (b->nwalk != b->nref)
         return b->nwalk < b->nref ? b->nwalk : b->nref;
@@ -204,46 +207,51 @@ static void test_unwind_threads_share_the_cache(void **state)
     }
 }
 
-/* ---- frames the walker must leave to libgcc ---- */
+/* ---- signal frames and frames too big to trust ---- */
 
 static struct both in_handler;
-static unsigned in_handler_depth;
-static void *in_handler_frames[STACK_MAX_DEPTH];
 
 static void on_signal(int sig)
 {
     (void)sig;
     capture_both(&in_handler);
-    in_handler_depth = stack_capture(in_handler_frames, STACK_MAX_DEPTH);
 }
 
-static void test_unwind_gives_up_on_signal_frames(void **state)
+/* Deep enough that the signal lands in a frame of ours, not in raise(). */
+__attribute__((noipa)) static int raise_from(int depth)
+{
+    if (depth == 0)
+        return raise(SIGUSR1);
+    return opaque(raise_from(depth - 1)) + 1;
+}
+
+static void test_unwind_walks_through_signal_frames(void **state)
 {
     (void)state;
     struct sigaction sa = {.sa_handler = on_signal}, old;
     sigaction(SIGUSR1, &sa, &old);
-    struct unwind_stats before, after;
-    unwind_get_stats(&before);
-    raise(SIGUSR1);
+    raise_from(5);
     sigaction(SIGUSR1, &old, NULL);
-    unwind_get_stats(&after);
-    assert_int_equal(in_handler.nwalk, -1); /* the signal frame: libgcc's job */
-    assert_true(after.gave_up >= before.gave_up + 2);
-    /* stack_capture fell back: the handler, the trampoline, this test... */
-    assert_true(in_handler_depth >= 3);
-    void *self = (void *)test_unwind_gives_up_on_signal_frames;
+    /* The handler, the trampoline, the interrupted code in libc's raise,
+     * raise_from's frames and this test: all as backtrace() has them. */
+    assert_same_stack(&in_handler, "through a signal frame");
+    void *self = (void *)test_unwind_walks_through_signal_frames;
     bool found = false;
-    for (unsigned i = 0; i < in_handler_depth; i++)
-        found |= (char *)in_handler_frames[i] > (char *)self &&
-                 (char *)in_handler_frames[i] < (char *)self + 512;
+    for (int i = 0; i < in_handler.nwalk; i++)
+        found |= (char *)in_handler.walk[i] > (char *)self &&
+                 (char *)in_handler.walk[i] < (char *)self + 256;
     assert_true(found);
 }
+
+static unsigned huge_depth;
 
 __attribute__((noipa)) static void huge_frame(struct both *b)
 {
     volatile char big[2 * UNWIND_MAX_FRAME];
     big[0] = 1;
     capture_both(b);
+    void *frames[STACK_MAX_DEPTH];
+    huge_depth = stack_capture(frames, STACK_MAX_DEPTH);
     big[sizeof(big) - 1] = big[0];
 }
 
@@ -253,10 +261,11 @@ static void *run_huge_frame(void *arg)
     return NULL;
 }
 
-static void test_unwind_gives_up_on_huge_frames(void **state)
+static void test_unwind_stops_at_huge_frames(void **state)
 {
     (void)state;
     struct both b;
+    uint64_t truncated = stack_unwind_truncated();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 16u << 20);
@@ -264,8 +273,14 @@ static void test_unwind_gives_up_on_huge_frames(void **state)
     assert_int_equal(pthread_create(&t, &attr, run_huge_frame, &b), 0);
     pthread_join(t, NULL);
     pthread_attr_destroy(&attr);
-    assert_int_equal(b.nwalk, -1);
+    /* Into capture_both, into huge_frame, then the 2 MiB frame: stop. */
+    assert_false(b.complete);
+    assert_int_equal(b.nwalk, 2);
+    assert_ptr_equal(b.walk[1], b.ref[1]);
     assert_true(b.nref > 2);
+    /* stack_capture keeps what the walker found, counted as truncated. */
+    assert_int_equal(huge_depth, 1);
+    assert_int_equal(stack_unwind_truncated(), truncated + 1);
 }
 
 /* ---- unloading ---- */
@@ -348,8 +363,8 @@ int main(void)
         cmocka_unit_test(test_unwind_matches_backtrace_through_libc_callbacks),
         cmocka_unit_test(test_unwind_truncates_deep_stacks_like_backtrace),
         cmocka_unit_test(test_unwind_threads_share_the_cache),
-        cmocka_unit_test(test_unwind_gives_up_on_signal_frames),
-        cmocka_unit_test(test_unwind_gives_up_on_huge_frames),
+        cmocka_unit_test(test_unwind_walks_through_signal_frames),
+        cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
     };
