@@ -21,14 +21,24 @@
 extern char __start_salloc_text[] __attribute__((visibility("hidden")));
 extern char __stop_salloc_text[] __attribute__((visibility("hidden")));
 
+/* A shard: its lock, and its hash chains, all NULL at start.  The chains
+ * live apart from the locks so that they are .bss, not 128 KiB of .data
+ * (file pages a process would fault in as soon as it touched a lock).
+ * Chains only grow at their head, under the lock, and a record never
+ * changes once published: lookups walk them without the lock. */
 struct shard {
     sa_lock_t lock;
-    struct prof_stack *buckets[BUCKETS_PER_SHARD];
 } SA_ALIGNED(SA_CACHELINE);
 
 static struct shard shards[SHARDS] = {
     [0 ... SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_STACKS)},
 };
+static struct prof_stack *chains[SHARDS][BUCKETS_PER_SHARD];
+
+static struct prof_stack **chain_of(uint64_t hash)
+{
+    return &chains[hash % SHARDS][(hash / SHARDS) % BUCKETS_PER_SHARD];
+}
 
 int stack_in_salloc(const void *addr)
 {
@@ -126,23 +136,36 @@ static uint64_t hash_frames(void *const *frames, unsigned depth)
     return h;
 }
 
+/* The record of this stack in the chain from `head` on, or NULL. */
+static struct prof_stack *find(struct prof_stack *head, uint64_t h, void *const *frames,
+                               unsigned depth)
+{
+    for (struct prof_stack *st = head; st; st = st->next)
+        if (st->hash == h && st->depth == depth &&
+            !memcmp(st->frames, frames, depth * sizeof(void *)))
+            return st;
+    return NULL;
+}
+
 struct prof_stack *stack_intern(void *const *frames, unsigned depth)
 {
     uint64_t h = hash_frames(frames, depth);
+    struct prof_stack **chain = chain_of(h);
+    /* Most samples come from stacks seen before: no lock for those. */
+    struct prof_stack *head = __atomic_load_n(chain, __ATOMIC_ACQUIRE);
+    struct prof_stack *st = find(head, h, frames, depth);
+    if (st)
+        return st;
     struct shard *sh = &shards[h % SHARDS];
-    struct prof_stack **bucket = &sh->buckets[(h / SHARDS) % BUCKETS_PER_SHARD];
     sa_lock(&sh->lock);
-    struct prof_stack *st;
-    for (st = *bucket; st; st = st->next)
-        if (st->hash == h && st->depth == depth &&
-            !memcmp(st->frames, frames, depth * sizeof(void *)))
-            break;
+    struct prof_stack *now = *chain;
+    st = now == head ? NULL : find(now, h, frames, depth); /* added meanwhile? */
     if (!st && (st = meta_alloc(sizeof(*st) + depth * sizeof(void *), 16))) {
         st->hash = h;
         st->depth = depth;
         memcpy(st->frames, frames, depth * sizeof(void *));
-        st->next = *bucket;
-        *bucket = st;
+        st->next = now;
+        __atomic_store_n(chain, st, __ATOMIC_RELEASE); /* published whole */
     }
     sa_unlock(&sh->lock);
     return st;
@@ -175,7 +198,7 @@ void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack
     for (unsigned s = 0; s < SHARDS; s++) {
         sa_lock(&shards[s].lock);
         for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
-            for (struct prof_stack *st = shards[s].buckets[b]; st; st = st->next)
+            for (struct prof_stack *st = chains[s][b]; st; st = st->next)
                 for (struct stack_accum *g = st->accum; g; g = g->next)
                     if (g->count && !fn(g, st, arg)) {
                         sa_unlock(&shards[s].lock);
@@ -191,7 +214,7 @@ void stack_accum_reset(void)
     for (unsigned s = 0; s < SHARDS; s++) {
         sa_lock(&shards[s].lock);
         for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
-            for (struct prof_stack *st = shards[s].buckets[b]; st; st = st->next)
+            for (struct prof_stack *st = chains[s][b]; st; st = st->next)
                 for (struct stack_accum *g = st->accum; g; g = g->next)
                     g->count = 0;
         sa_unlock(&shards[s].lock);
