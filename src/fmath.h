@@ -82,6 +82,8 @@ static inline double sa_one_minus_exp_neg(double x)
     for (int i = 1; i <= 20; i++) {
         sum += term;
         term *= -x * sa_inverse[i + 1];
+        if (term < 1e-18 * sum && term > -1e-18 * sum)
+            break; /* below sum's last bit: small x (most samples) stop early */
     }
     return sum;
 }

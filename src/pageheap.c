@@ -33,6 +33,7 @@ static uint64_t nonempty[2][NBUCKETS / 64];
 static struct span *lru_head, *lru_tail;
 static struct span *spares;
 static struct pageheap_stats stats;
+static size_t sampled_bytes; /* stats.sampled, kept apart: changed without the lock */
 static long decay_ms = 10000;
 static uint64_t next_decay_check;
 
@@ -420,35 +421,51 @@ bool pageheap_grow_in_place(struct span *s, size_t npages)
     return ok;
 }
 
-struct span *pageheap_register_sampled(void *start, size_t npages, void *sample)
+struct span *pageheap_register_mapping(void *start, size_t npages)
 {
     sa_lock(&ph_lock);
     struct span *s = NULL;
     if (pagemap_ensure((uintptr_t)start >> SA_PAGE_SHIFT, npages) && (s = record_new())) {
         s->start = (uintptr_t)start;
         s->npages = npages;
-        s->state = SPAN_SAMPLED;
-        s->sample = sample;
+        s->state = SPAN_PARKED;
         register_ends(s);
-        stats.sampled += npages << SA_PAGE_SHIFT;
     }
     sa_unlock(&ph_lock);
     return s;
 }
 
-void pageheap_unregister_sampled(struct span *s)
+void pageheap_unregister_mapping(struct span *s)
 {
     sa_lock(&ph_lock);
-    stats.sampled -= s->npages << SA_PAGE_SHIFT;
     record_release(s); /* stale pagemap entries now see SPAN_UNUSED */
     sa_unlock(&ph_lock);
+}
+
+/* No lock: only the mapping's owner changes its state, and readers (free,
+ * realloc, malloc_usable_size of a pointer into it) look at it only while
+ * the caller owns the allocation. */
+void pageheap_sampled_attach(struct span *s, void *sample)
+{
+    __atomic_fetch_add(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->sample, sample, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, SPAN_SAMPLED, __ATOMIC_RELEASE);
+}
+
+void pageheap_sampled_detach(struct span *s)
+{
+    __atomic_store_n(&s->state, SPAN_PARKED, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
 }
 
 struct span *pageheap_sampled_span(const void *p)
 {
     /* Lock-free for the same reason as pageheap_large_span. */
     struct span *s = pagemap_span(p);
-    return s && s->state == SPAN_SAMPLED && s->start == (uintptr_t)p ? s : NULL;
+    return s && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SPAN_SAMPLED &&
+                   s->start == (uintptr_t)p
+               ? s
+               : NULL;
 }
 
 size_t pageheap_mapped_bytes(void) { return __atomic_load_n(&stats.mapped, __ATOMIC_RELAXED); }
@@ -479,6 +496,7 @@ void pageheap_get_stats(struct pageheap_stats *st)
     sa_lock(&ph_lock);
     *st = stats;
     sa_unlock(&ph_lock);
+    st->sampled = __atomic_load_n(&sampled_bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- invariants ---- */

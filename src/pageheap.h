@@ -52,11 +52,18 @@ void pageheap_shrink(struct span *s, size_t npages);
  * of the free span right after it.  False, changing nothing, if it can't. */
 bool pageheap_grow_in_place(struct span *s, size_t npages);
 
-/* Records a sampled allocation's own mapping [start, start + npages pages)
- * in the pagemap as a SPAN_SAMPLED span owned by `sample`; NULL on ENOMEM.
- * pageheap_unregister_sampled() forgets it (the caller unmaps it). */
-struct span *pageheap_register_sampled(void *start, size_t npages, void *sample);
-void pageheap_unregister_sampled(struct span *s);
+/* A sampled small allocation's own mapping [start, start + npages pages)
+ * (sampled_pages.c), recorded in the pagemap once for as long as it is
+ * mapped: parked (SPAN_PARKED: free() does not accept it) until
+ * pageheap_sampled_attach() makes it the live sampled allocation of
+ * `sample` (SPAN_SAMPLED), and again after pageheap_sampled_detach().
+ * Attaching and detaching take no lock; registering takes the heap's.
+ * NULL on ENOMEM.  pageheap_unregister_mapping() forgets it (the caller
+ * unmaps it). */
+struct span *pageheap_register_mapping(void *start, size_t npages);
+void pageheap_unregister_mapping(struct span *s);
+void pageheap_sampled_attach(struct span *s, void *sample);
+void pageheap_sampled_detach(struct span *s);
 
 /* The live sampled span starting at `p`, or NULL. */
 struct span *pageheap_sampled_span(const void *p);
@@ -79,7 +86,7 @@ struct pageheap_stats {
     size_t large;      /* bytes in live large spans */
     size_t small;      /* bytes in small spans */
     size_t purged;     /* bytes handed back with madvise, ever */
-    size_t sampled;    /* bytes in sampled allocations' own mappings */
+    size_t sampled;    /* bytes in live sampled allocations' own mappings */
 };
 void pageheap_get_stats(struct pageheap_stats *st);
 

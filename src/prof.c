@@ -310,40 +310,40 @@ size_t prof_peak_snapshot(struct dump_entry *out, size_t cap)
 
 /* ---- sampled allocations ---- */
 
-static struct sample *sample_new(struct sample_shard *sh)
+/* Makes `fields` a live sample: a spare record of the shard (or a new one)
+ * filled and linked in under one hold of the shard's lock.  NULL on ENOMEM. */
+static struct sample *sample_publish(struct sample_shard *sh, const struct sample *fields)
 {
     sa_lock(&sh->lock);
     struct sample *s = sh->spare;
     if (s)
         sh->spare = s->next;
-    sa_unlock(&sh->lock);
-    return s ? s : meta_alloc(sizeof(*s), 16);
-}
-
-static void sample_insert(struct sample_shard *sh, struct sample *s)
-{
-    sa_lock(&sh->lock);
-    s->prev = NULL;
-    s->next = sh->live;
-    if (sh->live)
-        sh->live->prev = s;
-    sh->live = s;
-    __atomic_fetch_add(&sh->count, 1, __ATOMIC_RELAXED); /* read without the lock */
-    sa_unlock(&sh->lock);
-}
-
-static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
-{
-    sa_lock(&sh->lock);
-    if (live) {
-        if (s->prev)
-            s->prev->next = s->next;
-        else
-            sh->live = s->next;
-        if (s->next)
-            s->next->prev = s->prev;
-        __atomic_fetch_sub(&sh->count, 1, __ATOMIC_RELAXED);
+    else
+        s = meta_alloc(sizeof(*s), 16); /* LOCK_RANK_META is below this lock */
+    if (s) {
+        *s = *fields;
+        s->prev = NULL;
+        s->next = sh->live;
+        if (sh->live)
+            sh->live->prev = s;
+        sh->live = s;
+        __atomic_fetch_add(&sh->count, 1, __ATOMIC_RELAXED); /* read without the lock */
     }
+    sa_unlock(&sh->lock);
+    return s;
+}
+
+/* Unlinks live sample `s` and keeps its record for reuse. */
+static void sample_release(struct sample_shard *sh, struct sample *s)
+{
+    sa_lock(&sh->lock);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        sh->live = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    __atomic_fetch_sub(&sh->count, 1, __ATOMIC_RELAXED);
     s->next = sh->spare;
     sh->spare = s;
     sa_unlock(&sh->lock);
@@ -352,7 +352,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool live)
 /* Captures the calling thread's stack into the stack table, under the
  * reentrancy guard; NULL if the thread is already inside the profiler (the
  * unwinder allocating: that allocation is served unsampled) or the table is
- * out of memory.  On success the guard stays set: commit_sample or
+ * out of memory.  On success the guard stays set: publish() or
  * sample_failed clears it. */
 static struct prof_stack *capture_stack(struct tcache *tc)
 {
@@ -373,22 +373,32 @@ static void sample_failed(struct tcache *tc)
     tc->prof.in_prof = false;
 }
 
-/* Fills and publishes record `s` of a sample at `mem`, clears the guard and
- * runs the after-sample checks (interval dumps, peak snapshots). */
-static void commit_sample(struct tcache *tc, struct sample_shard *sh, struct sample *s,
-                          const struct sample *fields)
+/* Publishes a sample described by `fields` (its weight, epoch and thread
+ * name filled in here): its record, or NULL (counted failed) on ENOMEM.
+ * Clears the guard either way. */
+static struct sample *publish(struct tcache *tc, struct sample fields)
 {
-    double p = sa_one_minus_exp_neg((double)fields->usable / (double)fields->rate);
-    *s = *fields;
-    s->weight = (int64_t)(fields->usable / p + 0.5);
-    s->epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
-    memcpy(s->thread, tc->prof.name, sizeof(s->thread) - 1);
-    s->thread[sizeof(s->thread) - 1] = '\0';
-    sample_insert(sh, s);
+    double p = sa_one_minus_exp_neg((double)fields.usable / (double)fields.rate);
+    fields.weight = (int64_t)(fields.usable / p + 0.5);
+    fields.epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    memcpy(fields.thread, tc->prof.name, sizeof(fields.thread) - 1);
+    fields.thread[sizeof(fields.thread) - 1] = '\0';
+    struct sample *s = sample_publish(shard_of(fields.ptr), &fields);
+    if (!s) {
+        sample_failed(tc);
+        return NULL;
+    }
+    tc->prof.in_prof = false;
+    return s;
+}
+
+/* After a sample is in place: its accumulated count, the live estimate,
+ * interval dumps and peak snapshots. */
+static void after_publish(struct tcache *tc, const struct sample *s)
+{
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate);
     int64_t live = __atomic_add_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
-    tc->prof.in_prof = false;
     prof_after_sample(tc);
     peak_check(live);
 }
@@ -400,21 +410,20 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     if (!st)
         return NULL;
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
-    void *mem = sampled_pages_get(map_len, align, zeroed);
-    struct sample_shard *sh = shard_of(mem);
-    struct sample *s = mem ? sample_new(sh) : NULL;
-    struct span *span = s ? pageheap_register_sampled(mem, map_len >> SA_PAGE_SHIFT, s) : NULL;
+    struct span *span = sampled_pages_get(map_len, align, zeroed);
     if (!span) {
-        if (s)
-            sample_release(sh, s, false);
-        if (mem)
-            sampled_pages_put(mem, map_len);
         sample_failed(tc);
         return NULL;
     }
-    commit_sample(tc, sh, s,
-                  &(struct sample){.ptr = mem, .usable = usable, .map_len = map_len, .rate = rate,
-                                   .stack = st, .proxy = proxy});
+    void *mem = (void *)span->start;
+    struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable, .map_len = map_len,
+                                                   .rate = rate, .stack = st, .proxy = proxy});
+    if (!s) {
+        sampled_pages_put(span);
+        return NULL;
+    }
+    pageheap_sampled_attach(span, s);
+    after_publish(tc, s);
     return mem;
 }
 
@@ -424,21 +433,17 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     if (!st)
         return false;
     void *mem = (void *)span->start;
-    struct sample_shard *sh = shard_of(mem);
-    struct sample *s = sample_new(sh);
-    if (!s) {
-        sample_failed(tc);
+    struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable,
+                                                   .map_len = span->npages << SA_PAGE_SHIFT,
+                                                   .rate = rate, .stack = st, .span = span});
+    if (!s)
         return false;
-    }
     /* Residency is read per OS page: with transparent huge pages on for
      * all memory, keep the kernel from backing this span with one. */
     if (os_thp_always())
         os_nohugepage(mem, span->npages << SA_PAGE_SHIFT);
     __atomic_store_n(&span->sample, s, __ATOMIC_RELEASE);
-    commit_sample(tc, sh, s,
-                  &(struct sample){.ptr = mem, .usable = usable,
-                                   .map_len = span->npages << SA_PAGE_SHIFT, .rate = rate,
-                                   .stack = st, .span = span});
+    after_publish(tc, s);
     return true;
 }
 
@@ -446,7 +451,7 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
 static void forget_sample(struct sample *s)
 {
     __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
-    sample_release(shard_of(s->ptr), s, true);
+    sample_release(shard_of(s->ptr), s);
 }
 
 void prof_unsample_span(struct span *span)
@@ -459,12 +464,11 @@ void prof_unsample_span(struct span *span)
 size_t prof_free_sampled(struct span *span, void **proxy)
 {
     struct sample *s = span->sample;
-    size_t usable = s->usable, map_len = s->map_len;
-    void *mem = s->ptr;
+    size_t usable = s->usable;
     *proxy = s->proxy;
+    pageheap_sampled_detach(span);
     forget_sample(s);
-    pageheap_unregister_sampled(span);
-    sampled_pages_put(mem, map_len);
+    sampled_pages_put(span);
     return usable;
 }
 

@@ -1,9 +1,11 @@
 /*
  * sampled_pages.c: mappings for sampled allocations, with a cache of freed
- * ones (see sampled_pages.h).  The cache is an array of slots per length,
- * not a list linked through the mappings: a link written into a purged
- * mapping would make its first page resident again.  Bit 0 of a slot's
- * address marks a mapping that was not purged (mappings are page aligned).
+ * ones (see sampled_pages.h).  A mapping is registered with the page heap
+ * once, when it is made, and keeps its span record, parked, while it waits
+ * in the cache: a sample reuses both, with no page heap lock.  The cache
+ * is an array of slots per length, not a list linked through the
+ * mappings: a link written into a purged mapping would make its first page
+ * resident again.
  *
  * Decay: at most every eighth of the decay time (and at most once a second,
  * as the page heap does), a put looks for kept mappings idle longer than
@@ -24,11 +26,11 @@
  * many samples does not keep their memory forever. */
 #define SLOTS 16
 #define CACHE_BYTES ((size_t)8 << 20)
-#define DIRTY_BIT ((uintptr_t)1)
 #define NLENGTHS (SAMPLED_CACHE_MAX_PAGES + 1)
 
 struct kept {
-    uintptr_t addr;    /* mapping start | DIRTY_BIT if not purged */
+    struct span *span; /* the mapping's parked span record */
+    bool dirty;        /* not purged since its last sample */
     uint64_t freed_at; /* os_now_ns() when it was put back */
 };
 
@@ -48,30 +50,39 @@ static void count(size_t len, bool is_dirty, long sign)
         __atomic_store_n(&dirty, dirty + delta, __ATOMIC_RELAXED);
 }
 
-/* Under lock: keeps a mapping if there is room; false if there is none. */
-static bool keep_locked(uintptr_t addr, size_t pages, bool is_dirty, uint64_t now)
+/* Unregisters and unmaps a mapping the cache does not keep. */
+static void discard(struct span *s)
 {
-    if (nslots[pages] == SLOTS || cached + len_of(pages) > CACHE_BYTES)
+    void *start = (void *)s->start;
+    size_t len = s->npages << SA_PAGE_SHIFT;
+    pageheap_unregister_mapping(s);
+    os_unmap(start, len);
+}
+
+/* Under lock: keeps a mapping if there is room; false if there is none. */
+static bool keep_locked(struct span *s, bool is_dirty, uint64_t now)
+{
+    size_t pages = s->npages;
+    if (pages >= NLENGTHS || nslots[pages] == SLOTS || cached + len_of(pages) > CACHE_BYTES)
         return false;
-    slots[pages][nslots[pages]++] = (struct kept){addr | (is_dirty ? DIRTY_BIT : 0), now};
+    slots[pages][nslots[pages]++] = (struct kept){s, is_dirty, now};
     count(len_of(pages), is_dirty, 1);
     return true;
 }
 
 /* Under lock: takes out up to `max` dirty mappings idle since before
- * `idle_since` into out[] (addresses, pages); returns how many. */
-static size_t take_dirty_locked(uint64_t idle_since, uintptr_t *out, size_t *pages, size_t max)
+ * `idle_since` into out[]; returns how many. */
+static size_t take_dirty_locked(uint64_t idle_since, struct span **out, size_t max)
 {
     size_t n = 0;
     for (size_t len = 1; len < NLENGTHS; len++)
         for (unsigned i = 0; i < nslots[len] && n < max;) {
             struct kept *k = &slots[len][i];
-            if (!(k->addr & DIRTY_BIT) || k->freed_at > idle_since) {
+            if (!k->dirty || k->freed_at > idle_since) {
                 i++;
                 continue;
             }
-            out[n] = k->addr & ~DIRTY_BIT;
-            pages[n++] = len;
+            out[n++] = k->span;
             count(len_of(len), true, -1);
             *k = slots[len][--nslots[len]];
         }
@@ -79,31 +90,33 @@ static size_t take_dirty_locked(uint64_t idle_since, uintptr_t *out, size_t *pag
 }
 
 /* Purges mappings taken out of the cache and keeps them again, clean. */
-static size_t purge_and_keep(const uintptr_t *addr, const size_t *pages, size_t n)
+static size_t purge_and_keep(struct span *const *spans, size_t n)
 {
     size_t purged = 0;
     uint64_t now = os_now_ns();
     for (size_t i = 0; i < n; i++) {
-        bool ok = os_purge((void *)addr[i], len_of(pages[i]));
+        size_t len = spans[i]->npages << SA_PAGE_SHIFT;
+        bool ok = os_purge((void *)spans[i]->start, len);
         if (ok)
-            purged += len_of(pages[i]);
+            purged += len;
         sa_lock(&lock);
-        bool kept = keep_locked(addr[i], pages[i], !ok, now);
+        bool kept = keep_locked(spans[i], !ok, now);
         sa_unlock(&lock);
         if (!kept)
-            os_unmap((void *)addr[i], len_of(pages[i]));
+            discard(spans[i]);
     }
     return purged;
 }
 
-static void maybe_decay(void)
+/* `now`: os_now_ns() of the caller's put. */
+static void maybe_decay(uint64_t now)
 {
     long decay_ms = pageheap_decay_ms();
     if (decay_ms <= 0) /* 0: purged on put; negative: only on purge */
         return;
-    uintptr_t addr[SLOTS];
-    size_t pages[SLOTS], n = 0;
-    uint64_t now = os_now_ns(), decay_ns = (uint64_t)decay_ms * 1000000u;
+    struct span *spans[SLOTS];
+    size_t n = 0;
+    uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
     uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
     sa_lock(&lock);
     /* A check scheduled further out than one step was scheduled under a
@@ -111,60 +124,68 @@ static void maybe_decay(void)
     if ((now >= next_decay_check || next_decay_check - now > step) && dirty) {
         next_decay_check = now + step;
         if (now > decay_ns)
-            n = take_dirty_locked(now - decay_ns, addr, pages, SLOTS);
+            n = take_dirty_locked(now - decay_ns, spans, SLOTS);
     }
     sa_unlock(&lock);
-    purge_and_keep(addr, pages, n);
+    purge_and_keep(spans, n);
 }
 
-void *sampled_pages_get(size_t len, size_t align, bool *zeroed)
+struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
 {
     size_t pages = len >> SA_PAGE_SHIFT;
     if (pages < NLENGTHS && align <= SA_PAGE_SIZE) {
-        uintptr_t addr = 0;
+        struct kept k = {NULL, false, 0};
         sa_lock(&lock);
         if (nslots[pages]) {
-            addr = slots[pages][--nslots[pages]].addr;
-            count(len, addr & DIRTY_BIT, -1);
+            k = slots[pages][--nslots[pages]];
+            count(len, k.dirty, -1);
         }
         sa_unlock(&lock);
-        if (addr) {
-            *zeroed = !(addr & DIRTY_BIT);
-            return (void *)(addr & ~DIRTY_BIT);
+        if (k.span) {
+            *zeroed = !k.dirty;
+            return k.span;
         }
     }
     void *p = os_map(len, align > SA_PAGE_SIZE ? align : SA_PAGE_SIZE);
-    if (p)
-        os_nohugepage(p, len);
+    if (!p)
+        return NULL;
+    os_nohugepage(p, len);
+    struct span *s = pageheap_register_mapping(p, pages);
+    if (!s) {
+        os_unmap(p, len);
+        return NULL;
+    }
     *zeroed = true;
-    return p;
+    return s;
 }
 
-void sampled_pages_put(void *p, size_t len)
+void sampled_pages_put(struct span *s)
 {
-    size_t pages = len >> SA_PAGE_SHIFT;
+    size_t pages = s->npages;
     bool kept = false;
+    uint64_t now = os_now_ns();
     if (pages < NLENGTHS) {
-        bool is_dirty = pageheap_decay_ms() != 0 || !os_purge(p, len);
+        bool is_dirty = pageheap_decay_ms() != 0 ||
+                        !os_purge((void *)s->start, pages << SA_PAGE_SHIFT);
         sa_lock(&lock);
-        kept = keep_locked((uintptr_t)p, pages, is_dirty, os_now_ns());
+        kept = keep_locked(s, is_dirty, now);
         sa_unlock(&lock);
     }
     if (!kept)
-        os_unmap(p, len);
-    maybe_decay();
+        discard(s);
+    maybe_decay(now);
 }
 
 size_t sampled_pages_purge(void)
 {
-    uintptr_t addr[SLOTS];
-    size_t pages[SLOTS], n, purged = 0;
+    struct span *spans[SLOTS];
+    size_t n, purged = 0;
     /* Bounded: a mapping the kernel refused to purge comes back dirty. */
     for (size_t round = 0; round < NLENGTHS; round++) {
         sa_lock(&lock);
-        n = take_dirty_locked(UINT64_MAX, addr, pages, SLOTS);
+        n = take_dirty_locked(UINT64_MAX, spans, SLOTS);
         sa_unlock(&lock);
-        purged += purge_and_keep(addr, pages, n);
+        purged += purge_and_keep(spans, n);
         if (n < SLOTS)
             break;
     }

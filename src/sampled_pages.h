@@ -17,8 +17,12 @@
  * malloc_trim calls).  The cache is bounded in entries per length and in
  * bytes overall; beyond that mappings are unmapped.
  *
+ * Each mapping is registered with the page heap (pageheap.h) when it is
+ * made and keeps that record, parked between samples, until it is
+ * unmapped: a sample reuses both without the page heap's lock.
+ *
  * One lock (LOCK_RANK_SAMPLED_PAGES), held only for list operations, never
- * across a system call.  Calls only os.c and the page heap's decay setting.
+ * across a system call.  Calls os.c and the page heap.
  */
 #ifndef SA_SAMPLED_PAGES_H
 #define SA_SAMPLED_PAGES_H
@@ -28,13 +32,16 @@
 
 #define SAMPLED_CACHE_MAX_PAGES 32
 
-/* `len` bytes (a multiple of the salloc page) of NOHUGEPAGE memory aligned
- * to `align` (a power of two); NULL with ENOMEM.  *zeroed says whether it
- * reads as zero (a kept mapping that was not purged does not). */
-void *sampled_pages_get(size_t len, size_t align, bool *zeroed);
+struct span;
 
-/* Gives a mapping from sampled_pages_get back. */
-void sampled_pages_put(void *p, size_t len);
+/* `len` bytes (a multiple of the salloc page) of NOHUGEPAGE memory aligned
+ * to `align` (a power of two): its parked span record (the mapping starts
+ * at span->start); NULL with ENOMEM.  *zeroed says whether it reads as
+ * zero (a kept mapping that was not purged does not). */
+struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed);
+
+/* Gives a mapping from sampled_pages_get back, parked. */
+void sampled_pages_put(struct span *s);
 
 /* Purges every kept mapping now (malloc_trim); returns the bytes purged. */
 size_t sampled_pages_purge(void);

@@ -10,7 +10,8 @@
  *               beyond what any class offers; a sampled one carries its
  *               record in `sample`;
  *   SPAN_SAMPLED a sampled small allocation on its own mapping (prof.c):
- *               not part of the heap's chunks, never free, never merged.
+ *               not part of the heap's chunks, never free, never merged;
+ *   SPAN_PARKED such a mapping between two samples (sampled_pages.c).
  *
  * Who writes what: the page heap (under its lock) writes start, npages,
  * state and the free-span fields; the class's central list (under its lock)
@@ -28,7 +29,14 @@
 
 /* SPAN_UNUSED marks a record on the page heap's spare list: a stale pagemap
  * entry may still point at it, and it must never look like a live span. */
-enum span_state { SPAN_FREE = 0, SPAN_SMALL = 1, SPAN_LARGE = 2, SPAN_UNUSED = 3, SPAN_SAMPLED = 4 };
+enum span_state {
+    SPAN_FREE = 0,
+    SPAN_SMALL = 1,
+    SPAN_LARGE = 2,
+    SPAN_UNUSED = 3,
+    SPAN_SAMPLED = 4,
+    SPAN_PARKED = 5, /* a sampled allocation's mapping, kept between samples */
+};
 
 struct span {
     uintptr_t start;     /* address of the first page */

@@ -3,7 +3,8 @@
  * (src/sampled_pages.h).
  *
  *   - a freed mapping comes back, unpurged, to the next sample of its
- *     length: same address, not known to be zero, contents kept;
+ *     length: same address and span record (parked in between, so free()
+ *     would not take it), not known to be zero, contents kept;
  *   - with dirty_decay_ms:0 it is purged on the way in (reads as zero);
  *   - sampled_pages_purge() (malloc_trim) purges every kept mapping and the
  *     dirty count goes to zero;
@@ -19,6 +20,9 @@
 #include "unit.h"
 
 #define LEN (4 * SA_PAGE_SIZE)
+
+/* The mapping of a span from sampled_pages_get. */
+static char *mem_of(struct span *s) { return (char *)s->start; }
 
 static long saved_decay;
 
@@ -54,20 +58,25 @@ static void test_sampled_pages_reused_unpurged(void **state)
     (void)state;
     pageheap_set_decay_ms(10000);
     bool zeroed;
-    char *p = sampled_pages_get(LEN, 16, &zeroed);
-    assert_non_null(p);
+    struct span *sp = sampled_pages_get(LEN, 16, &zeroed);
+    assert_non_null(sp);
+    char *p = mem_of(sp);
     assert_true(zeroed);
+    assert_int_equal(sp->state, SPAN_PARKED); /* free() would not accept it */
+    assert_ptr_equal(pagemap_span(p), sp);
+    assert_null(pageheap_sampled_span(p));
     memset(p, 0xab, LEN);
     size_t dirty = sampled_pages_dirty();
-    sampled_pages_put(p, LEN);
+    sampled_pages_put(sp);
     assert_int_equal(sampled_pages_dirty(), dirty + LEN);
-    char *q = sampled_pages_get(LEN, 16, &zeroed);
-    assert_ptr_equal(q, p);
+    struct span *sq = sampled_pages_get(LEN, 16, &zeroed);
+    assert_ptr_equal(sq, sp); /* the same mapping and record, no new registration */
+    char *q = mem_of(sq);
     assert_false(zeroed); /* calloc must clear it */
     assert_int_equal((unsigned char)q[LEN - 1], 0xab);
     assert_int_equal(resident_pages(q, LEN), LEN / os_page_size()); /* no refault */
     assert_int_equal(sampled_pages_dirty(), dirty);
-    sampled_pages_put(q, LEN);
+    sampled_pages_put(sq);
 }
 
 static void test_sampled_pages_decay_zero_purges_at_once(void **state)
@@ -75,16 +84,18 @@ static void test_sampled_pages_decay_zero_purges_at_once(void **state)
     (void)state;
     pageheap_set_decay_ms(0);
     bool zeroed;
-    char *p = sampled_pages_get(LEN, 16, &zeroed);
+    struct span *sp = sampled_pages_get(LEN, 16, &zeroed);
+    char *p = mem_of(sp);
     memset(p, 0xcd, LEN);
-    sampled_pages_put(p, LEN);
+    sampled_pages_put(sp);
     assert_int_equal(sampled_pages_dirty(), 0);
-    char *q = sampled_pages_get(LEN, 16, &zeroed);
+    struct span *sq = sampled_pages_get(LEN, 16, &zeroed);
+    char *q = mem_of(sq);
     assert_ptr_equal(q, p);
     assert_true(zeroed);
     assert_int_equal(resident_pages(q, LEN), 0);
     assert_int_equal(q[100], 0);
-    sampled_pages_put(q, LEN);
+    sampled_pages_put(sq);
 }
 
 static void test_sampled_pages_purge_empties_the_dirty_cache(void **state)
@@ -92,13 +103,15 @@ static void test_sampled_pages_purge_empties_the_dirty_cache(void **state)
     (void)state;
     pageheap_set_decay_ms(-1); /* only an explicit purge */
     bool zeroed;
+    struct span *sp[3];
     char *p[3];
     for (int i = 0; i < 3; i++) {
-        p[i] = sampled_pages_get(LEN, 16, &zeroed);
+        sp[i] = sampled_pages_get(LEN, 16, &zeroed);
+        p[i] = mem_of(sp[i]);
         memset(p[i], 1, LEN);
     }
     for (int i = 0; i < 3; i++)
-        sampled_pages_put(p[i], LEN);
+        sampled_pages_put(sp[i]);
     assert_true(sampled_pages_dirty() >= 3 * LEN);
     assert_true(sampled_pages_purge() >= 3 * LEN);
     assert_int_equal(sampled_pages_dirty(), 0);
@@ -112,14 +125,15 @@ static void test_sampled_pages_idle_mappings_decay(void **state)
     (void)state;
     pageheap_set_decay_ms(40);
     bool zeroed;
-    char *p = sampled_pages_get(LEN, 16, &zeroed);
-    char *other = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed);
+    struct span *sp = sampled_pages_get(LEN, 16, &zeroed);
+    struct span *other = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed);
+    char *p = mem_of(sp);
     memset(p, 1, LEN);
-    sampled_pages_put(p, LEN);
+    sampled_pages_put(sp);
     assert_int_equal(sampled_pages_dirty(), LEN);
     struct timespec nap = {0, 150 * 1000000L};
     nanosleep(&nap, NULL);
-    sampled_pages_put(other, SA_PAGE_SIZE); /* any later put decays */
+    sampled_pages_put(other); /* any later put decays */
     assert_int_equal(sampled_pages_dirty(), SA_PAGE_SIZE);
     assert_int_equal(resident_pages(p, LEN), 0);
 }
@@ -131,27 +145,27 @@ static void test_sampled_pages_cache_is_bounded(void **state)
     sampled_pages_purge();
     size_t before = sampled_pages_cached();
     enum { N = 40 };
-    void *p[N];
+    struct span *p[N];
     bool zeroed;
     for (int i = 0; i < N; i++)
         p[i] = sampled_pages_get(LEN, 16, &zeroed);
     for (int i = 0; i < N; i++)
-        sampled_pages_put(p[i], LEN);
+        sampled_pages_put(p[i]);
     /* At most 16 mappings of one length are kept; the rest are unmapped. */
     assert_true(sampled_pages_cached() - before <= 16 * LEN);
     /* Longer than SAMPLED_CACHE_MAX_PAGES: never kept. */
     size_t big = (SAMPLED_CACHE_MAX_PAGES + 1) * SA_PAGE_SIZE, cached = sampled_pages_cached();
-    void *b = sampled_pages_get(big, 16, &zeroed);
+    struct span *b = sampled_pages_get(big, 16, &zeroed);
     assert_true(zeroed);
-    sampled_pages_put(b, big);
+    sampled_pages_put(b);
     assert_int_equal(sampled_pages_cached(), cached);
     /* 8 MiB in all, across lengths. */
     for (size_t pages = 1; pages <= SAMPLED_CACHE_MAX_PAGES; pages++) {
-        void *q[16];
+        struct span *q[16];
         for (int i = 0; i < 16; i++)
             q[i] = sampled_pages_get(pages * SA_PAGE_SIZE, 16, &zeroed);
         for (int i = 0; i < 16; i++)
-            sampled_pages_put(q[i], pages * SA_PAGE_SIZE);
+            sampled_pages_put(q[i]);
     }
     assert_true(sampled_pages_cached() <= (size_t)8 << 20);
 }
