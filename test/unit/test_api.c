@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../include/salloc.h"
+#include "dump.h"
 #include "prof.h"
 #include "unit.h"
 
@@ -263,6 +264,18 @@ static void double_free_large(void *unused)
     free(p);
 }
 
+/* Every allocation sampled: a small one on its own mapping (parked once
+ * freed), a large one a heap span with a record. */
+static void double_free_sampled(void *size)
+{
+    prof_lg_sample_set(0);
+    void *volatile p = malloc((size_t)size);
+    if (!prof_is_sampled(p))
+        _exit(3);
+    free(p);
+    free(p);
+}
+
 static void realloc_foreign(void *p) { (void)!realloc(p, 10); }
 
 static void usable_size_foreign(void *p) { (void)malloc_usable_size(p); }
@@ -295,6 +308,14 @@ static void test_api_invalid_free_aborts_with_message(void **state)
     char *err = run_in_child(double_free_large, NULL, &sig);
     assert_int_equal(sig, SIGABRT);
     assert_non_null(strstr(err, "salloc: free(): invalid pointer 0x"));
+    const size_t sampled_sizes[] = {100, (size_t)1 << 20};
+    for (size_t k = 0; k < 2; k++) {
+        size_t size = sampled_sizes[k];
+        err = run_in_child(double_free_sampled, (void *)size, &sig);
+        if (sig != SIGABRT || !strstr(err, "salloc: free(): invalid pointer 0x"))
+            fail_msg("double free of a sampled %zu-byte block: signal %d, stderr \"%s\"", size,
+                     sig, err);
+    }
     expect_invalid(realloc_foreign, on_stack, on_stack, "realloc");
     expect_invalid(usable_size_foreign, foreign, foreign, "malloc_usable_size");
     munmap(foreign, 1 << 16);
