@@ -28,6 +28,7 @@
 #include "../include/salloc.h"
 #include "central.h"
 #include "conf.h"
+#include "dump.h"
 #include "init.h"
 #include "lock.h"
 #include "meta.h"
@@ -393,6 +394,14 @@ static int ctl_prof_sample_count(const struct ctl_ctx *cx, union ctl_val *old,
     return 0;
 }
 
+static int ctl_prof_samples_failed(const struct ctl_ctx *cx, union ctl_val *old,
+                                   const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->u64 = prof_samples_failed();
+    return 0;
+}
+
 static int ctl_prof_unwind_truncated(const struct ctl_ctx *cx, union ctl_val *old,
                                      const union ctl_val *new)
 {
@@ -534,6 +543,7 @@ static const struct ctl_row table[] = {
     FN("prof.reset", T_SIZE, A_W, ctl_prof_reset, G_PROF_ALL),
     FN("prof.residency", T_BOOL, A_R, ctl_prof_residency, 0),
     FN("prof.sample_count", T_SIZE, A_R, ctl_prof_sample_count, 0),
+    FN("prof.samples_failed", T_UINT64, A_R, ctl_prof_samples_failed, 0),
     FN("prof.thread_active_init", T_BOOL, A_RW, ctl_prof_thread_active_init, G_PROF_WRITE),
     FN("prof.unwind_mismatches", T_UINT64, A_R, ctl_prof_unwind_mismatches, 0),
     FN("prof.unwind_truncated", T_UINT64, A_R, ctl_prof_unwind_truncated, 0),

@@ -79,6 +79,12 @@ static void list_insert(struct span *s)
     *head = s;
     nonempty[s->dirty][b / 64] |= 1ull << (b % 64);
     if (s->dirty) {
+        /* The LRU stays oldest first, which decay relies on: a piece split
+         * off an older dirty span (carve) goes to the tail, so it takes the
+         * tail's time if that is later (it is purged a little later than
+         * it could be; never, as before, left behind younger spans). */
+        if (lru_tail && s->freed_at < lru_tail->freed_at)
+            s->freed_at = lru_tail->freed_at;
         s->lru_prev = lru_tail;
         s->lru_next = NULL;
         if (lru_tail)
@@ -155,16 +161,22 @@ static void insert_coalesced(struct span *s)
 
 /* ---- purging ---- */
 
-static void purge_locked(struct span *s)
+/* Purges free dirty span `s`; false if the kernel refused, and then `s`
+ * goes back to the LRU's tail to be tried again a decay period later.
+ * Loops over the LRU stop at a refusal: the span they would meet next is
+ * the one just refused. */
+static bool purge_locked(struct span *s)
 {
     list_remove(s);
-    if (os_purge((void *)s->start, s->npages << SA_PAGE_SHIFT)) {
+    bool ok = os_purge((void *)s->start, s->npages << SA_PAGE_SHIFT);
+    if (ok) {
         stats.purged += s->npages << SA_PAGE_SHIFT;
         s->dirty = 0;
     } else {
-        s->freed_at = os_now_ns(); /* try again after another decay period */
+        s->freed_at = os_now_ns();
     }
     insert_coalesced(s);
+    return ok;
 }
 
 static void maybe_decay(void)
@@ -178,8 +190,8 @@ static void maybe_decay(void)
      * pages then live between 1 and 1.125 decay times once freed. */
     uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
     next_decay_check = now + step;
-    while (lru_head && lru_head->freed_at + decay_ns <= now)
-        purge_locked(lru_head);
+    while (lru_head && lru_head->freed_at + decay_ns <= now && purge_locked(lru_head))
+        ;
 }
 
 /* ---- finding and carving ---- */
@@ -474,8 +486,8 @@ size_t pageheap_purge(void)
 {
     sa_lock(&ph_lock);
     size_t before = stats.purged;
-    while (lru_head)
-        purge_locked(lru_head);
+    while (lru_head && purge_locked(lru_head))
+        ;
     size_t purged = stats.purged - before;
     sa_unlock(&ph_lock);
     return purged;

@@ -362,8 +362,10 @@ static struct prof_stack *capture_stack(struct tcache *tc)
     void *frames[STACK_MAX_DEPTH];
     unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
     struct prof_stack *st = stack_intern(frames, depth);
-    if (!st)
+    if (!st) { /* no memory for the stack's record: this sample is lost */
+        __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
+    }
     return st;
 }
 

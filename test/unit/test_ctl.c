@@ -272,6 +272,8 @@ static void test_ctl_prof_switches(void **state)
     len = sizeof(count);
     assert_int_equal(mallctl("prof.unwind_mismatches", &count, &len, NULL, 0), 0);
     assert_int_equal(count, 0);
+    assert_int_equal(mallctl("prof.samples_failed", &count, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("prof.samples_failed", NULL, NULL, &count, sizeof(count)), EPERM);
     assert_int_equal(mallctl("prof.unwind_truncated", &count, &len, NULL, 0), 0);
     assert_int_equal(count, 0);
     assert_int_equal(mallctl("prof.unwind_truncated", NULL, NULL, &count, sizeof(count)), EPERM);
