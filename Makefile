@@ -112,6 +112,9 @@ $(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
 $(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl -lm
 
+# test_check reads its own function names in salloc's messages (dladdr).
+test/bin/test_check: TESTFLAGS += -rdynamic
+
 # Programs the integration tests run (plain executables, no salloc linked).
 test/bin/prof_sites: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl

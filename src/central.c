@@ -203,9 +203,32 @@ void central_release_empty(void)
     }
 }
 
+enum central_object central_object_state(unsigned cls, const void *obj, const void **start)
+{
+    struct central *c = central_of(cls);
+    size_t size = sizeclass_size(cls);
+    enum central_object state = OBJECT_OUT;
+    sa_lock(&c->lock);
+    struct span *s = pagemap_span(obj);
+    uintptr_t off = (uintptr_t)obj - s->start;
+    *start = (const char *)obj - off % size;
+    if (off % size)
+        state = OBJECT_INSIDE;
+    else if (off / size >= s->carved)
+        state = OBJECT_NEVER;
+    else
+        for (void *o = s->freelist; o; o = *(void **)o)
+            if (o == obj) {
+                state = OBJECT_FREE;
+                break;
+            }
+    sa_unlock(&c->lock);
+    return state;
+}
+
 bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated)
 {
-    unsigned cls = pagemap_class(obj);
+    unsigned cls = pagemap_class_of(obj);
     if (!cls)
         return false;
     struct central *c = central_of(cls);
@@ -244,7 +267,7 @@ static size_t check_span(const struct span *s, unsigned cls)
         sa_fatal("central: span %p counts %u out + %u free != %u carved",
                  (void *)s->start, s->allocated, nfree, s->carved);
     for (size_t p = 0; p < s->npages; p++)
-        if (pagemap_class((void *)(s->start + (p << SA_PAGE_SHIFT))) != cls)
+        if (pagemap_class_of((void *)(s->start + (p << SA_PAGE_SHIFT))) != cls)
             sa_fatal("central: span %p page %zu has the wrong class", (void *)s->start, p);
     return s->allocated;
 }

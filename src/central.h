@@ -33,6 +33,13 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
  * (the last one's link is ignored). */
 void central_free_batch(unsigned cls, void *head, unsigned n);
 
+/* opt.check: what the central list knows of `obj`, a pointer into a small
+ * span of class `cls`: handed out (in a thread cache or in use), free in
+ * its span, never carved yet, or not at an object's start (then *start is
+ * the object it is inside). */
+enum central_object { OBJECT_OUT, OBJECT_FREE, OBJECT_NEVER, OBJECT_INSIDE };
+enum central_object central_object_state(unsigned cls, const void *obj, const void **start);
+
 /* Gives every class's kept empty span back to the page heap (malloc_trim). */
 void central_release_empty(void);
 

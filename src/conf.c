@@ -25,6 +25,7 @@
 ssize_t opt_dirty_decay_ms = 10000;
 bool opt_abort_conf = false;
 bool opt_confirm_conf = false;
+bool opt_check = false;
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
@@ -150,6 +151,7 @@ static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
  * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
 static const struct option options[] = {
     {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL, NULL},
+    {"check", K_BOOL, &opt_check, 0, 0, NULL, NULL},
     {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL, NULL},
     {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay, NULL},
     {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL, NULL},

@@ -21,6 +21,10 @@
 extern ssize_t opt_dirty_decay_ms; /* as given; the page heap holds the live value */
 extern bool opt_abort_conf;        /* abort() after reporting any bad option */
 extern bool opt_confirm_conf;      /* print each source and accepted pair */
+/* Check every free of a small block (boundary, double free) and every sized
+ * free's size, on the slow path (man/salloc.3, opt.check); off by default.
+ * Fixed once set-up is done. */
+extern bool opt_check;
 
 void conf_init(void);
 

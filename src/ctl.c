@@ -513,6 +513,7 @@ static const struct ctl_row table[] = {
     CONST("config.xmalloc", T_BOOL, 0),
     FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
+    VAR("opt.check", T_BOOL, opt_check),
     VAR("opt.confirm_conf", T_BOOL, opt_confirm_conf),
     VAR("opt.dirty_decay_ms", T_SSIZE, opt_dirty_decay_ms),
     VAR("opt.lg_prof_interval", T_SSIZE, opt_lg_prof_interval),

@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 
+#include "conf.h"
 #include "fastpath.h"
 #include "log.h"
 #include "util.h"
@@ -142,16 +143,27 @@ DEFINE_NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
     void sym(void *p, ##__VA_ARGS__);                                              \
     SA_EXPORT void sym(void *p, ##__VA_ARGS__) { fast_free(p); }
 
+/* The sized ones: opt.check checks the size (and alignment) first.  The
+ * aligned ones take one more parameter, passed in with a comma that must
+ * not split the macro's arguments. */
+#define MACRO_COMMA ,
+#define DEFINE_DELETE_SIZED(sym, align_arg, align_value)                           \
+    void sym(void *p, size_t size align_arg);                                      \
+    SA_EXPORT void sym(void *p, size_t size align_arg)                             \
+    {                                                                              \
+        if (unlikely(opt_check))                                                   \
+            free_check_size(p, size, align_value, "operator delete");              \
+        fast_free(p);                                                              \
+    }
+
 DEFINE_DELETE(_ZdlPv)
 DEFINE_DELETE(_ZdaPv)
-DEFINE_DELETE(_ZdlPvm, size_t size __attribute__((unused)))
-DEFINE_DELETE(_ZdaPvm, size_t size __attribute__((unused)))
+DEFINE_DELETE_SIZED(_ZdlPvm, , 0)
+DEFINE_DELETE_SIZED(_ZdaPvm, , 0)
 DEFINE_DELETE(_ZdlPvSt11align_val_t, size_t align __attribute__((unused)))
 DEFINE_DELETE(_ZdaPvSt11align_val_t, size_t align __attribute__((unused)))
-DEFINE_DELETE(_ZdlPvmSt11align_val_t, size_t size __attribute__((unused)),
-              size_t align __attribute__((unused)))
-DEFINE_DELETE(_ZdaPvmSt11align_val_t, size_t size __attribute__((unused)),
-              size_t align __attribute__((unused)))
+DEFINE_DELETE_SIZED(_ZdlPvmSt11align_val_t, MACRO_COMMA size_t align, align)
+DEFINE_DELETE_SIZED(_ZdaPvmSt11align_val_t, MACRO_COMMA size_t align, align)
 DEFINE_DELETE(_ZdlPvRKSt9nothrow_t, const void *tag __attribute__((unused)))
 DEFINE_DELETE(_ZdaPvRKSt9nothrow_t, const void *tag __attribute__((unused)))
 DEFINE_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, size_t align __attribute__((unused)),

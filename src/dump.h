@@ -80,6 +80,10 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
 void prof_unsample_span(struct span *span);
 /* Whether `p` is a live sampled allocation of either kind. */
 bool prof_is_sampled(const void *p);
+/* For a message about an invalid pointer `p` (malloc.c): if it lies in a
+ * sampled block, live or freed, says so on stderr with the stack that
+ * allocated it.  Never allocates; nothing when `p` is no sample's. */
+void prof_describe(const void *p);
 /* Slow-path checks for automatic dumps (no lock may be held). */
 void prof_after_sample(struct tcache *tc);
 void prof_maybe_gdump(void);

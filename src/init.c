@@ -18,6 +18,8 @@
 #include "conf.h"
 #include "dump.h"
 #include "fork.h"
+#include "pagemap.h"
+#include "sampler.h"
 #include "tcache.h"
 
 enum thread_state { THREAD_NEW = 0, THREAD_CACHED, THREAD_EXITED };
@@ -52,6 +54,10 @@ static bool global_init(void)
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         in_set_up = true;
         conf_init();
+        if (opt_check) { /* before anything allocates: no leaf, no cache yet */
+            pagemap_check_every_free();
+            sampler_check_every_allocation();
+        }
         prof_boot();
         pthread_key_create(&exit_key, thread_exit);
         fork_init();

@@ -20,10 +20,12 @@
  * Never takes a lock itself; everything below the fast path does.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../include/salloc.h"
 #include "central.h"
+#include "conf.h"
 #include "fastpath.h"
 #include "init.h"
 #include "log.h"
@@ -37,7 +39,9 @@
 
 SA_SLOW_PATH SA_NORETURN static void invalid_pointer(const char *fn, const void *p)
 {
-    sa_fatal("%s(): invalid pointer %p", fn, p);
+    sa_message("%s(): invalid pointer %p", fn, p);
+    prof_describe(p); /* inside or after a sampled block: which, and its stack */
+    abort();
 }
 
 /* An object of class `cls`, sampling already decided: from this thread's
@@ -48,9 +52,16 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
     void *obj, *tail;
     if (tc) {
         struct tcache_bin *bin = &tc->bins[cls];
-        return (obj = bin->head) ? tcache_bin_pop(bin, obj) : tcache_refill(tc, cls);
+        obj = bin->head ? tcache_bin_pop(bin, bin->head) : tcache_refill(tc, cls);
+    } else {
+        obj = central_alloc_batch(cls, 1, (struct central_owner){NULL, 0}, &obj, &tail) ? obj
+                                                                                      : NULL;
     }
-    return central_alloc_batch(cls, 1, (struct central_owner){NULL, 0}, &obj, &tail) ? obj : NULL;
+    /* Under opt.check every allocation comes here: the block is out now,
+     * so it must not look freed (check_small_free). */
+    if (unlikely(opt_check) && obj && sizeclass_size(cls) >= 2 * sizeof(uintptr_t))
+        ((uintptr_t *)obj)[1] = 0;
+    return obj;
 }
 
 /* Gives a proxy object back.  Like its allocation (alloc_sampled), this is
@@ -58,7 +69,7 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
  * is balanced in dealloc_adjust (tcache.h). */
 static void release_proxy(void *proxy)
 {
-    unsigned cls = pagemap_class(proxy);
+    unsigned cls = pagemap_class_of(proxy);
     struct tcache *tc = init_current_cache();
     if (!tc) {
         central_free_batch(cls, proxy, 1);
@@ -193,12 +204,92 @@ static void free_not_small(void *p, const char *fn)
         tc->dealloc_adjust += usable; /* a user free that no list saw */
 }
 
+/* Usable size of a live allocation; aborts naming `fn` on a foreign one. */
+static size_t usable_size(const void *p, const char *fn)
+{
+    unsigned cls = pagemap_class_of(p);
+    if (cls)
+        return sizeclass_size(cls);
+    struct span *s = pageheap_sampled_span(p);
+    if (s)
+        return prof_sampled_usable(s);
+    if (!(s = pageheap_large_span(p)))
+        invalid_pointer(fn, p);
+    return s->npages << SA_PAGE_SHIFT;
+}
+
+/* A small object keeps its place in realloc when the new size still fits
+ * and would not fit a class of half its size or less. */
+static bool keeps_small(size_t old, size_t n)
+{
+    return n <= old && (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
+}
+
+/* ---- opt.check ---- */
+
+/* What a checked free writes into a small block's second word (the first
+ * is its list link): its address, scrambled.  Under opt.check every
+ * allocation clears it (alloc_small), so a block that carries it is free:
+ * freed twice, barring a program that stored this very value there, which
+ * the scan below rules out. */
+#define FREED_TAG ((uintptr_t)0x5a11acfee1f5eed5ull)
+
+/* A free of the small block `p` of class `cls`: it must be the start of a
+ * block carved from its span, and must not be free already (the tag; for
+ * 8-byte blocks, which have no room for it, a scan of its span and this
+ * thread's list).  A few loads and a store per free. */
+static void check_small_free(void *p, unsigned cls, const char *fn)
+{
+    size_t size = sizeclass_size(cls);
+    const struct span *s = pagemap_span(p);
+    uintptr_t off = (uintptr_t)p - s->start;
+    if (off % size)
+        sa_fatal("%s(): invalid pointer %p: %zu bytes into the %zu-byte block at %p", fn, p,
+                 (size_t)(off % size), size, (void *)((uintptr_t)p - off % size));
+    if (off / size >= __atomic_load_n(&s->carved, __ATOMIC_RELAXED))
+        sa_fatal("%s(): invalid pointer %p: a %zu-byte block never allocated", fn, p, size);
+    uintptr_t *tag = (uintptr_t *)p + 1, mine = FREED_TAG ^ (uintptr_t)p;
+    if (size >= 2 * sizeof(uintptr_t) && *tag != mine) {
+        *tag = mine;
+        return;
+    }
+    const void *start;
+    bool twice = central_object_state(cls, p, &start) == OBJECT_FREE;
+    struct tcache *tc = init_current_cache();
+    if (tc && !twice) {
+        uint32_t n = tcache_bin_count(&tc->bins[cls]);
+        for (void *o = tc->bins[cls].head; o && n--; o = *(void **)o)
+            twice |= o == p;
+    }
+    if (twice)
+        sa_fatal("%s(): double free of the %zu-byte block at %p", fn, size, p);
+}
+
+void free_check_size(const void *p, size_t size, size_t align, const char *fn)
+{
+    if (!p)
+        return;
+    size_t usable = usable_size(p, fn);
+    struct request r;
+    /* What the request got, or a size its block kept its place for in a
+     * realloc (keeps_small). */
+    bool ok = request_for(size, align > 16 ? align : 1, &r) &&
+              (r.usable == usable || (usable <= SA_MAX_SMALL && keeps_small(usable, size)));
+    if (!ok)
+        sa_fatal("%s(): size %zu does not match the %zu-byte block at %p", fn, size, usable, p);
+}
+
 SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 {
     if (cls == 0) {
-        if (p)
+        if (!p)
+            return;
+        /* Under opt.check every free comes here (pagemap_class() is 0). */
+        if (!opt_check || !(cls = pagemap_class_of(p))) {
             free_not_small(p, "free");
-        return;
+            return;
+        }
+        check_small_free(p, cls, "free");
     }
     struct tcache *tc = init_thread_cache();
     if (!tc) {
@@ -233,26 +324,6 @@ static void *alloc_aligned(size_t align, size_t size)
     return alloc_slow(size, align, NULL);
 }
 
-/* Usable size of a live allocation; aborts naming `fn` on a foreign one. */
-static size_t usable_size(const void *p, const char *fn)
-{
-    unsigned cls = pagemap_class(p);
-    if (cls)
-        return sizeclass_size(cls);
-    struct span *s = pageheap_sampled_span(p);
-    if (s)
-        return prof_sampled_usable(s);
-    if (!(s = pageheap_large_span(p)))
-        invalid_pointer(fn, p);
-    return s->npages << SA_PAGE_SHIFT;
-}
-
-/* A small object keeps its place in realloc when the new size still fits
- * and would not fit a class of half its size or less. */
-static bool keeps_small(size_t old, size_t n)
-{
-    return n <= old && (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
-}
 
 /* Resizes live large span `s` to `pages` pages without moving it. */
 static bool resize_large(struct span *s, size_t pages)
@@ -277,6 +348,7 @@ static bool resize_large(struct span *s, size_t pages)
 SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
+    cls = pagemap_class_of(p); /* the fast path's lookup is 0 under opt.check */
     struct request r;
     if (!request_for(n, 1, &r)) {
         errno = ENOMEM;
@@ -418,14 +490,16 @@ SA_EXPORT size_t malloc_usable_size(void *p)
 
 SA_EXPORT void free_sized(void *p, size_t size)
 {
-    (void)size; /* the pagemap lookup is as cheap as checking the size */
+    /* The pagemap lookup is as cheap as using the size; opt.check checks it. */
+    if (unlikely(opt_check))
+        free_check_size(p, size, 0, "free_sized");
     fast_free(p);
 }
 
 SA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
 {
-    (void)align;
-    (void)size;
+    if (unlikely(opt_check))
+        free_check_size(p, size, align, "free_aligned_sized");
     fast_free(p);
 }
 

@@ -524,7 +524,7 @@ static void check_span(const struct span *s, int dirty, size_t b, size_t *bytes)
     if (free_neighbour(s, true) || free_neighbour(s, false))
         sa_fatal("pageheap: free span %p not coalesced", (void *)s->start);
     for (uintptr_t p = s->start; p < span_end(s); p += SA_PAGE_SIZE)
-        if (pagemap_class((void *)p))
+        if (pagemap_class_of((void *)p))
             sa_fatal("pageheap: free page %p has a size class", (void *)p);
     *bytes += s->npages << SA_PAGE_SHIFT;
 }

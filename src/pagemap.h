@@ -70,7 +70,11 @@ static inline size_t pm_leaf_index(uintptr_t addr)
 }
 
 /* The size class of the small object containing `p`, or 0 if `p` is not in a
- * small span (large, free, not ours, or above the 48-bit space). */
+ * small span (large, free, not ours, or above the 48-bit space): the fast
+ * paths' lookup.  Under opt.check it answers 0 for every address
+ * (pagemap_check_every_free), so that every free goes to the slow path,
+ * which checks it: slow paths that need the real class use
+ * pagemap_class_of(). */
 static inline unsigned pagemap_class(const void *p)
 {
     uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
@@ -80,6 +84,21 @@ static inline unsigned pagemap_class(const void *p)
     const uint8_t *cls = pm_classes.zero + off + pm_leaf_index(a);
     return __atomic_load_n(cls, __ATOMIC_RELAXED);
 }
+
+/* What pagemap_class() answers outside opt.check, for slow paths: through
+ * the leaf pointer. */
+static inline unsigned pagemap_class_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
+    if (root >= PM_ROOT_LEN)
+        return 0;
+    struct pm_leaf *leaf = __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE);
+    return leaf ? __atomic_load_n(&leaf->cls[pm_leaf_index(a)], __ATOMIC_RELAXED) : 0;
+}
+
+/* opt.check: from now on pagemap_class() answers 0 everywhere.  Called
+ * once, before the first leaf is made (the fast table stays all zero). */
+void pagemap_check_every_free(void);
 
 /* The span record of the page containing `p`, possibly stale (see above), or
  * NULL if salloc never mapped a leaf for it. */

@@ -19,8 +19,10 @@
  * prefix and the automatic-name counters.  No allocator lock is held while
  * a stack is captured.  Nothing here calls malloc.
  */
+#define _GNU_SOURCE /* dladdr */
 #include "prof.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@
 #include "meta.h"
 #include "os.h"
 #include "pageheap.h"
+#include "pagemap.h"
 #include "sampled_pages.h"
 #include "sampler.h"
 #include "stack.h"
@@ -468,10 +471,51 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     struct sample *s = span->sample;
     size_t usable = s->usable;
     *proxy = s->proxy;
+    struct prof_stack *st = s->stack;
     pageheap_sampled_detach(span);
+    span->sample = st; /* for the message if it is freed again (prof_describe) */
     forget_sample(s);
     sampled_pages_put(span);
     return usable;
+}
+
+/* ---- describing a sampled block, for messages ---- */
+
+/* One line per frame: address, and function+offset (library) when the
+ * dynamic loader knows them (dladdr: symbols of the dynamic symbol table). */
+static void print_stack(const struct prof_stack *st)
+{
+    for (uint32_t i = 0; i < st->depth; i++) {
+        Dl_info info;
+        const void *pc = st->frames[i];
+        if (dladdr(pc, &info) && info.dli_sname)
+            sa_message("    #%u %p %s+0x%lx (%s)", i, pc, info.dli_sname,
+                       (unsigned long)((const char *)pc - (const char *)info.dli_saddr),
+                       info.dli_fname ? info.dli_fname : "?");
+        else if (info.dli_fname)
+            sa_message("    #%u %p (%s+0x%lx)", i, pc, info.dli_fname,
+                       (unsigned long)((const char *)pc - (const char *)info.dli_fbase));
+        else
+            sa_message("    #%u %p", i, pc);
+    }
+}
+
+void prof_describe(const void *p)
+{
+    struct span *span = pagemap_span(p);
+    if (!span || (uintptr_t)p < span->start || (uintptr_t)p >= span_end(span))
+        return;
+    unsigned state = __atomic_load_n(&span->state, __ATOMIC_ACQUIRE);
+    const struct sample *s = state == SPAN_SAMPLED || state == SPAN_LARGE ? span->sample : NULL;
+    if (s) {
+        sa_message("  %p is %zu bytes into the sampled %zu-byte block at %p, allocated at:", p,
+                   (size_t)((const char *)p - (const char *)s->ptr), s->usable, s->ptr);
+        print_stack(s->stack);
+    } else if (state == SPAN_PARKED && span->sample) {
+        sa_message("  %p is in the pages of a sampled block freed already (a double free or a "
+                   "use after free), allocated at:", p);
+        print_stack(span->sample);
+    }
 }
 
 bool prof_is_sampled(const void *p)

@@ -46,11 +46,16 @@ int64_t sampler_draw(uint64_t *state, uint64_t rate)
 
 static int64_t remaining(const struct tcache *tc) { return tc->bytes_until_sample + tc->prof.carry; }
 
-/* Puts `left` bytes of interval in place: at most SAMPLER_CHECKIN visible
- * to the fast path, the rest in carry. */
+/* The fast path's window: SAMPLER_CHECKIN, or 0 under opt.check. */
+static int64_t checkin = SAMPLER_CHECKIN;
+
+void sampler_check_every_allocation(void) { checkin = 0; }
+
+/* Puts `left` bytes of interval in place: at most `checkin` visible to the
+ * fast path, the rest in carry. */
 static void set_remaining(struct tcache *tc, int64_t left)
 {
-    tc->bytes_until_sample = left < SAMPLER_CHECKIN ? left : SAMPLER_CHECKIN;
+    tc->bytes_until_sample = left < checkin ? left : checkin;
     tc->prof.carry = left - tc->bytes_until_sample;
 }
 

@@ -39,6 +39,12 @@ struct tcache;
 #define SAMPLER_CHECKIN ((int64_t)256 << 10)
 #define SAMPLER_MAX_LG 62
 
+/* opt.check: a window of 0 bytes, so that every allocation takes the slow
+ * path (which clears the block's freed-tag; malloc.c).  Exact all the
+ * same: intervals are split into chunks of the window anyway.  Called at
+ * set-up, before any thread cache exists. */
+void sampler_check_every_allocation(void);
+
 /* A new cache: seed its PRNG and draw its first interval. */
 void sampler_thread_init(struct tcache *tc);
 

@@ -54,7 +54,8 @@ struct span {
                           * last took objects from it (NULL: none), and */
     uint32_t owner_gen;  /* its value then: the owner is gone once it differs */
     void *sample;        /* sampled: its record; large: its record if the
-                          * allocation is sampled, else NULL (prof.c) */
+                          * allocation is sampled, else NULL; parked: the
+                          * stack of the sample it last held (prof.c) */
     uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */
     struct span *lru_next, *lru_prev; /* free, dirty: oldest first (decay) */
 };

@@ -1,0 +1,283 @@
+/*
+ * test_check.c: bad frees, with salloc preloaded.  Each scenario runs in a
+ * fresh process (this program run again with the scenario's name and its
+ * own SALLOC_CONF: opt.check must be set before the first allocation), and
+ * the test checks how it ended and what it printed on stderr.
+ *
+ * Under opt.check (SALLOC_CONF=check:true):
+ *   - a pointer into the middle of a small block, a block never allocated,
+ *     a double free (caught in the thread's cache and in its span), a sized
+ *     free of the wrong size: "salloc: free(): ..." naming the address,
+ *     then abort;
+ *   - the sizes a block may be freed with: its request, a realloc that kept
+ *     it in place, an aligned request with free_aligned_sized: no abort.
+ * Always (no option), for sampled blocks (lg_prof_sample:0: every block is
+ * sampled): a pointer into one and a double free say so and print the stack
+ * that allocated it, with this program's function names (built -rdynamic).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+int malloc_trim(size_t pad);
+
+/* C23's sized frees: salloc's (glibc 2.36 has none), found at run time. */
+static void free_sized(void *p, size_t size)
+{
+    void (*f)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    if (!f)
+        _exit(4);
+    f(p, size);
+}
+
+static void free_aligned_sized(void *p, size_t align, size_t size)
+{
+    void (*f)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    if (!f)
+        _exit(4);
+    f(p, align, size);
+}
+
+/* ---- the scenarios (run in the child) ---- */
+
+/* They make these mistakes on purpose. */
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#pragma GCC diagnostic ignored "-Wfree-nonheap-object"
+
+static void *volatile sink;
+
+/* Global (not static): -rdynamic exports them, so salloc's messages can
+ * name them (dladdr reads the dynamic symbol table). */
+void interior_free(void), double_free_in_cache(void), double_free_in_span(void);
+void never_allocated(void), wrong_size(void), right_sizes(void);
+void into_sampled_block(void), double_free_sampled(void);
+
+/* Prints the block's address for the parent to match in the message. */
+static void *announce(void *p)
+{
+    printf("%p\n", p);
+    fflush(stdout);
+    sink = p;
+    return p;
+}
+
+__attribute__((noinline)) void interior_free(void)
+{
+    char *p = announce(malloc(64));
+    free(p + 16);
+}
+
+__attribute__((noinline)) void double_free_in_cache(void)
+{
+    void *p = announce(malloc(32));
+    free(p);
+    free(p);
+}
+
+__attribute__((noinline)) void double_free_in_span(void)
+{
+    static void *live[200]; /* its neighbours stay live: its span stays */
+    for (int i = 0; i < 200; i++)
+        live[i] = malloc(32);
+    void *p = announce(live[100]);
+    free(p);
+    malloc_trim(0); /* the thread's cache goes back to the central lists */
+    free(p);
+}
+
+__attribute__((noinline)) void never_allocated(void)
+{
+    char *p = announce(malloc(48)); /* 170 blocks a span; a refill carves a few */
+    free(p + 48 * 100);
+}
+
+__attribute__((noinline)) void wrong_size(void)
+{
+    void *p = announce(malloc(100));
+    free_sized(p, 200);
+}
+
+__attribute__((noinline)) void right_sizes(void)
+{
+    void *p = malloc(100);
+    free_sized(p, 100);
+    p = malloc(1000);
+    p = realloc(p, 900); /* kept in place: 900 is a size it may be freed with */
+    free_sized(p, 900);
+    p = aligned_alloc(64, 100);
+    free_aligned_sized(p, 64, 100);
+    p = malloc((size_t)1 << 20);
+    free_sized(p, (size_t)1 << 20);
+    for (int i = 0; i < 100000; i++) { /* and ordinary traffic is undisturbed */
+        void *q = malloc((size_t)(i % 500) + 1);
+        free(q);
+    }
+    printf("fine\n");
+}
+
+__attribute__((noinline)) void into_sampled_block(void)
+{
+    char *p = announce(malloc(100));
+    free(p + 8);
+}
+
+__attribute__((noinline)) void double_free_sampled(void)
+{
+    void *p = announce(malloc(100));
+    free(p);
+    free(p);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} scenarios[] = {
+    {"interior_free", interior_free},     {"double_free_in_cache", double_free_in_cache},
+    {"double_free_in_span", double_free_in_span}, {"never_allocated", never_allocated},
+    {"wrong_size", wrong_size},           {"right_sizes", right_sizes},
+    {"into_sampled_block", into_sampled_block}, {"double_free_sampled", double_free_sampled},
+};
+
+/* ---- the parent ---- */
+
+struct outcome {
+    int signal;         /* 0 if it exited */
+    int status;
+    char out[256], err[8192];
+};
+
+static void read_all(int fd, char *buf, size_t size)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n < size - 1 && (r = read(fd, buf + n, size - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+}
+
+static void run(const char *scenario, const char *conf, struct outcome *o)
+{
+    int out[2], err[2];
+    assert_int_equal(pipe(out), 0);
+    assert_int_equal(pipe(err), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        setenv("SALLOC_CONF", conf, 1);
+        execl("/proc/self/exe", "test_check", scenario, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    read_all(out[0], o->out, sizeof(o->out));
+    read_all(err[0], o->err, sizeof(o->err));
+    close(out[0]);
+    close(err[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    o->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    o->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The scenario aborts, and stderr holds `want` with "%p" the address the
+ * child announced plus `delta` bytes; `also` (if not NULL) appears too. */
+static void expect_abort(const char *scenario, const char *conf, const char *want, long delta,
+                         const char *also)
+{
+    struct outcome o;
+    run(scenario, conf, &o);
+    void *p = NULL;
+    sscanf(o.out, "%p", &p);
+    char line[256];
+    snprintf(line, sizeof(line), want, (void *)((char *)p + delta), p);
+    fprintf(stderr, "# %s (%s):\n%s", scenario, conf, o.err);
+    if (o.signal != SIGABRT || !strstr(o.err, line))
+        fail_msg("%s: expected abort with \"%s\", got signal %d status %d", scenario, line,
+                 o.signal, o.status);
+    if (also && !strstr(o.err, also))
+        fail_msg("%s: stderr lacks \"%s\"", scenario, also);
+}
+
+static void test_check_interior_pointer(void **state)
+{
+    (void)state;
+    expect_abort("interior_free", "check:true",
+                 "salloc: free(): invalid pointer %p: 16 bytes into the 64-byte block at %p", 16,
+                 NULL);
+}
+
+static void test_check_double_frees(void **state)
+{
+    (void)state;
+    expect_abort("double_free_in_cache", "check:true",
+                 "salloc: free(): double free of the 32-byte block at %p", 0, NULL);
+    expect_abort("double_free_in_span", "check:true",
+                 "salloc: free(): double free of the 32-byte block at %p", 0, NULL);
+}
+
+static void test_check_never_allocated(void **state)
+{
+    (void)state;
+    expect_abort("never_allocated", "check:true",
+                 "salloc: free(): invalid pointer %p: a 48-byte block never allocated", 4800, NULL);
+}
+
+static void test_check_sized_frees(void **state)
+{
+    (void)state;
+    expect_abort("wrong_size", "check:true",
+                 "salloc: free_sized(): size 200 does not match the 112-byte block at %p", 0, NULL);
+    struct outcome o;
+    run("right_sizes", "check:true", &o);
+    if (o.signal || o.status != 0 || !strstr(o.out, "fine"))
+        fail_msg("right_sizes: signal %d status %d, stderr: %s", o.signal, o.status, o.err);
+}
+
+static void test_check_sampled_blocks_name_their_stack(void **state)
+{
+    (void)state;
+    expect_abort("into_sampled_block", "lg_prof_sample:0",
+                 "  %p is 8 bytes into the sampled 112-byte block at %p, allocated at:", 8,
+                 "into_sampled_block");
+    expect_abort("double_free_sampled", "lg_prof_sample:0",
+                 "salloc: free(): invalid pointer %p", 0, "double_free_sampled");
+    struct outcome o;
+    run("double_free_sampled", "lg_prof_sample:0", &o);
+    assert_non_null(strstr(o.err, "freed already"));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2) {
+        for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+            if (!strcmp(argv[1], scenarios[i].name)) {
+                scenarios[i].run();
+                return 0;
+            }
+        return 2;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_interior_pointer),
+        cmocka_unit_test(test_check_double_frees),
+        cmocka_unit_test(test_check_never_allocated),
+        cmocka_unit_test(test_check_sized_frees),
+        cmocka_unit_test(test_check_sampled_blocks_name_their_stack),
+    };
+    return cmocka_run_group_tests_name("bad frees", tests, NULL, NULL);
+}
