@@ -29,9 +29,9 @@ SA_DEBUG ?= 0
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 # -fno-builtin-*: the compiler must not turn our own code into calls to
 # malloc/calloc (e.g. malloc + memset -> calloc), which would recurse.
+NO_BUILTIN_MALLOC := -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
 LIBFLAGS := -std=gnu11 -O2 -g $(WARN) -fPIC -pthread -fvisibility=hidden \
-            -ftls-model=initial-exec -fno-plt \
-            -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
+            -ftls-model=initial-exec -fno-plt $(NO_BUILTIN_MALLOC)
 TESTFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -Iinclude -Isrc
 
 SRCS := $(wildcard src/*.c)
@@ -94,8 +94,10 @@ STRESS_TESTS := $(patsubst test/stress/%.c,test/bin/%,$(wildcard test/stress/tes
 INTEG_TESTS := $(patsubst test/integration/%.c,test/bin/%,$(wildcard test/integration/test_*.c))
 
 # Unit tests link the test archive: salloc is their malloc, internals included.
+# They set salloc's variables around calls to malloc, so the compiler must
+# not take malloc for the builtin that reads no program memory.
 $(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h test/unit/sites.h build/libsalloc_test.a | test/bin
-	$(CC) $(TESTFLAGS) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka -lm
+	$(CC) $(TESTFLAGS) $(NO_BUILTIN_MALLOC) -DSA_TESTING -o $@ $< build/libsalloc_test.a -lcmocka -lm
 
 # The stack walker's test loads two builds of one library, with different
 # frame sizes, one after the other (test/unit/unwind_lib.c).
@@ -112,8 +114,9 @@ $(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
 $(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl -lm
 
-# test_check reads its own function names in salloc's messages (dladdr).
-test/bin/test_check: TESTFLAGS += -rdynamic
+# test_check and test_guard_faults read their own function names in
+# salloc's messages (dladdr).
+test/bin/test_check test/bin/test_guard_faults: TESTFLAGS += -rdynamic
 
 # Programs the integration tests run (plain executables, no salloc linked).
 test/bin/prof_sites: test/integration/prof_sites.c | test/bin
@@ -159,6 +162,10 @@ TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/bui
 # backtrace() (a disagreement fails test_real_programs).
 HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 
+# Half the samples guarded (guard.h), a sample every 4 KiB: the quarantine
+# and the guard's mappings under every thread's traffic.
+GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
+
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
@@ -173,6 +180,9 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    $(TEST_ENV) STRESS_SECONDS=3 SALLOC_CONF=$(HEAVY_SAMPLING) \
 	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
+	echo "== test/bin/test_stress (LD_PRELOAD=lib/libsalloc.so, guarded sampling: SALLOC_CONF=$(GUARDED_SAMPLING))"; \
+	$(TEST_ENV) STRESS_SECONDS=1 STRESS_FORKS=5 SALLOC_CONF=$(GUARDED_SAMPLING) \
+	    LD_PRELOAD=$(CURDIR)/lib/libsalloc.so test/bin/test_stress || fail=1; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \

@@ -58,14 +58,18 @@ bool dump_residency_available(void);
 void prof_boot(void);
 void prof_thread_init(struct tcache *tc);
 /* Sampled small allocations live on mappings of their own (sampled_pages.h)
- * and hold a proxy object of their class: places one of `usable` bytes,
- * aligned to `align`, taken at rate `rate`: its address, or NULL if it
- * could not be recorded (the caller then allocates normally).  *zeroed says
- * whether its memory reads as zero.  The pagemap marks the mapping as a
- * SPAN_SAMPLED span. */
+ * and hold a proxy object of their class (`proxy`); so do guarded samples
+ * of any size (`guarded`: guard.h; a large one has no proxy).  Places one
+ * of `usable` bytes, aligned to `align` (at most a salloc page when
+ * guarded), taken at rate `rate`: its address, or NULL if it could not be
+ * recorded (the caller then allocates normally; a large guarded one is
+ * then sampled as an ordinary large span, not counted failed).  *zeroed
+ * says whether its memory reads as zero.  The pagemap marks the mapping as
+ * a SPAN_SAMPLED span. */
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy, bool *zeroed);
-/* Releases a sampled small allocation; returns its usable size and proxy. */
+                         void *proxy, bool guarded, bool *zeroed);
+/* Releases a sampled allocation on its own mapping (small, or guarded);
+ * returns its usable size and proxy (NULL for a large one). */
 size_t prof_free_sampled(struct span *span, void **proxy);
 size_t prof_sampled_usable(const struct span *span);
 
@@ -84,6 +88,14 @@ bool prof_is_sampled(const void *p);
  * sampled block, live or freed, says so on stderr with the stack that
  * allocated it.  Never allocates; nothing when `p` is no sample's. */
 void prof_describe(const void *p);
+/* Guarded sampling (guard.h).  prof_should_guard: whether the sample being
+ * taken is to be guarded (opt.prof_guard, opt.lg_prof_guard_every).
+ * prof_report_fault: from the SIGSEGV handler; if `addr` is a guarded
+ * sample's inaccessible page, prints what happened (overflow or use after
+ * free; a write if `is_write` is 1, a read if 0, either if -1) with the
+ * stacks it knows and returns true.  Never allocates. */
+bool prof_should_guard(struct tcache *tc);
+bool prof_report_fault(const void *addr, int is_write);
 /* Slow-path checks for automatic dumps (no lock may be held). */
 void prof_after_sample(struct tcache *tc);
 void prof_maybe_gdump(void);

@@ -8,6 +8,7 @@
 #include "central.h"
 #include "ctl.h"
 #include "dump.h"
+#include "guard.h"
 #include "init.h"
 #include "meta.h"
 #include "pageheap.h"
@@ -18,6 +19,7 @@ static void prefork(void)
     ctl_prefork();
     tcache_prefork();
     prof_prefork();
+    guard_prefork();
     central_prefork();
     pageheap_prefork();
     meta_prefork();
@@ -28,6 +30,7 @@ static void postfork_parent(void)
     meta_postfork_parent();
     pageheap_postfork_parent();
     central_postfork_parent();
+    guard_postfork_parent();
     prof_postfork_parent();
     tcache_postfork_parent();
     ctl_postfork_parent();
@@ -39,6 +42,7 @@ static void postfork_child(void)
     pageheap_postfork_child();
     central_postfork_child();
     tcache_postfork_child(init_current_cache());
+    guard_postfork_child();
     prof_postfork_child();
     ctl_postfork_child();
 }

@@ -18,6 +18,8 @@
  *   LOCK_RANK_SAMPLES   one per shard of the live-sample lists (prof.c)
  *   LOCK_RANK_STACKS    one per shard of the stack table (stack.c)
  *   LOCK_RANK_SAMPLED_PAGES  the cache of sampled mappings (sampled_pages.c)
+ *   LOCK_RANK_QUARANTINE  freed guarded samples waiting to be unmapped
+ *                       (guard.c)
  *   LOCK_RANK_CENTRAL   one per size class (central.c); never two at once
  *   LOCK_RANK_PAGEHEAP  the page heap and pagemap writers (pageheap.c)
  *   LOCK_RANK_META      salloc's metadata chunks (meta.c)
@@ -42,6 +44,7 @@ enum lock_rank {
     LOCK_RANK_SAMPLES,
     LOCK_RANK_STACKS,
     LOCK_RANK_SAMPLED_PAGES,
+    LOCK_RANK_QUARANTINE,
     LOCK_RANK_CENTRAL,
     LOCK_RANK_PAGEHEAP,
     LOCK_RANK_META,

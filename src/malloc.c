@@ -82,18 +82,18 @@ static void release_proxy(void *proxy)
         tcache_overflow(tc, cls, proxy);
 }
 
-/* A sampled allocation: its own pages, plus a proxy object for a small one
- * (popped from the thread's list, but not for the user: balanced in
- * dealloc_adjust). */
+/* A sampled allocation on its own pages (small, or guarded), plus a proxy
+ * object for a small one (popped from the thread's list, but not for the
+ * user: balanced in dealloc_adjust). */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
-                           uint64_t rate, bool *zeroed)
+                           uint64_t rate, bool guarded, bool *zeroed)
 {
     void *proxy = NULL;
     if (cls && !(proxy = alloc_small(tc, cls)))
         return NULL;
     if (proxy)
         tc->dealloc_adjust += sizeclass_size(cls);
-    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, zeroed);
+    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, guarded, zeroed);
     if (!p && proxy)
         release_proxy(proxy);
     return p;
@@ -146,8 +146,11 @@ static void *alloc_decided(struct tcache *tc, const struct request *r, size_t al
     bool fresh = false;
     if (zeroed)
         *zeroed = false;
-    if (unlikely(rate) && r->cls &&
-        (p = alloc_sampled(tc, r->cls, r->usable, align, rate, &fresh))) {
+    /* A sampled one is placed on pages of its own if it is small or
+     * guarded (a large one is on its own pages anyway, in the heap). */
+    bool guarded = unlikely(rate) && prof_should_guard(tc) && align <= SA_PAGE_SIZE;
+    if (unlikely(rate) && (r->cls || guarded) &&
+        (p = alloc_sampled(tc, r->cls, r->usable, align, rate, guarded, &fresh))) {
         tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
         if (zeroed)
             *zeroed = fresh;

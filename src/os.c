@@ -13,7 +13,7 @@
 
 #include "util.h"
 
-SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise};
+SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise, mprotect};
 
 static void *map_raw(size_t len)
 {
@@ -59,6 +59,11 @@ void os_unmap(void *addr, size_t len)
 bool os_purge(void *addr, size_t len)
 {
     return os_syscalls.madvise(addr, len, MADV_DONTNEED) == 0;
+}
+
+bool os_protect(void *addr, size_t len, bool accessible)
+{
+    return os_syscalls.mprotect(addr, len, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
 void os_nohugepage(void *addr, size_t len)

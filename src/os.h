@@ -28,6 +28,7 @@ struct os_syscalls {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     int (*madvise)(void *addr, size_t len, int advice);
+    int (*mprotect)(void *addr, size_t len, int prot);
 };
 extern SA_TEST_MUTABLE struct os_syscalls os_syscalls;
 
@@ -44,6 +45,10 @@ void os_unmap(void *addr, size_t len);
  * mapped, read back as zeros and cost no resident memory until touched.
  * Returns false if the kernel refused. */
 bool os_purge(void *addr, size_t len);
+
+/* Makes whole OS pages inaccessible (any access faults: guarded samples)
+ * or readable and writable again.  False if the kernel refused. */
+bool os_protect(void *addr, size_t len, bool accessible);
 
 /* Asks the kernel not to back the range with transparent huge pages, so that
  * residency per OS page stays exact (sampled allocations). */

@@ -441,7 +441,10 @@ struct span *pageheap_register_mapping(void *start, size_t npages)
         s->start = (uintptr_t)start;
         s->npages = npages;
         s->state = SPAN_PARKED;
-        register_ends(s);
+        /* Every page, not only the ends: a pointer into the middle of a
+         * sample is described (prof_describe), and a fault anywhere in a
+         * guarded one recognised (guard.c). */
+        pagemap_set_span_range(span_page(s), npages, s);
     }
     sa_unlock(&ph_lock);
     return s;
@@ -457,16 +460,17 @@ void pageheap_unregister_mapping(struct span *s)
 /* No lock: only the mapping's owner changes its state, and readers (free,
  * realloc, malloc_usable_size of a pointer into it) look at it only while
  * the caller owns the allocation. */
-void pageheap_sampled_attach(struct span *s, void *sample)
+void pageheap_sampled_attach(struct span *s, void *sample, uintptr_t object)
 {
     __atomic_fetch_add(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
+    s->object = object;
     __atomic_store_n(&s->sample, sample, __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, SPAN_SAMPLED, __ATOMIC_RELEASE);
 }
 
-void pageheap_sampled_detach(struct span *s)
+void pageheap_sampled_detach(struct span *s, unsigned state)
 {
-    __atomic_store_n(&s->state, SPAN_PARKED, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->state, state, __ATOMIC_RELEASE);
     __atomic_fetch_sub(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
 }
 
@@ -475,7 +479,7 @@ struct span *pageheap_sampled_span(const void *p)
     /* Lock-free for the same reason as pageheap_large_span. */
     struct span *s = pagemap_span(p);
     return s && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SPAN_SAMPLED &&
-                   s->start == (uintptr_t)p
+                   s->object == (uintptr_t)p
                ? s
                : NULL;
 }

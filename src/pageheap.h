@@ -57,13 +57,17 @@ bool pageheap_grow_in_place(struct span *s, size_t npages);
  * mapped: parked (SPAN_PARKED: free() does not accept it) until
  * pageheap_sampled_attach() makes it the live sampled allocation of
  * `sample` (SPAN_SAMPLED), and again after pageheap_sampled_detach().
+ * Every page of it is in the pagemap.
  * Attaching and detaching take no lock; registering takes the heap's.
  * NULL on ENOMEM.  pageheap_unregister_mapping() forgets it (the caller
  * unmaps it). */
 struct span *pageheap_register_mapping(void *start, size_t npages);
 void pageheap_unregister_mapping(struct span *s);
-void pageheap_sampled_attach(struct span *s, void *sample);
-void pageheap_sampled_detach(struct span *s);
+/* `object`: the block's address, the mapping's start or, for a guarded
+ * sample, further in.  Detaching leaves the span in `state`: SPAN_PARKED,
+ * or SPAN_QUARANTINED for a guarded sample (its record kept). */
+void pageheap_sampled_attach(struct span *s, void *sample, uintptr_t object);
+void pageheap_sampled_detach(struct span *s, unsigned state);
 
 /* The live sampled span starting at `p`, or NULL. */
 struct span *pageheap_sampled_span(const void *p);

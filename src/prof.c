@@ -30,6 +30,7 @@
 
 #include "dump.h"
 #include "fmath.h"
+#include "guard.h"
 #include "init.h"
 #include "lock.h"
 #include "log.h"
@@ -56,6 +57,8 @@ ssize_t opt_lg_prof_interval = -1;
 bool opt_prof_gdump = false;
 size_t opt_prof_peak_pct = 10;
 bool opt_prof_final_peak = false;
+bool opt_prof_guard = false;
+ssize_t opt_lg_prof_guard_every = -1;
 
 /* ---- run-time state ---- */
 static bool active, thread_active_init, gdump;
@@ -80,7 +83,8 @@ static uint64_t seq, mseq, iseq, useq;    /* under dump_lock */
 
 struct sample {
     struct sample *next, *prev;
-    void *ptr;          /* the allocation: start of its own mapping */
+    void *ptr;          /* the allocation: start of its own mapping, or
+                         * further in when guarded (guard.h) */
     size_t usable;      /* Z */
     size_t map_len;     /* bytes mapped for it (whole salloc pages) */
     uint64_t rate;      /* R its interval was drawn with */
@@ -89,6 +93,8 @@ struct sample {
     struct span *span;  /* large: the heap span it is (NULL: its own mapping) */
     int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate */
     uint32_t epoch;
+    bool guarded;       /* its own mapping ends in an inaccessible page */
+    struct prof_stack *free_stack; /* guarded, in quarantine: who freed it */
     char thread[32];    /* thread.prof.name when it was taken (pprof label) */
 };
 
@@ -125,6 +131,8 @@ void prof_boot(void)
         return;
     stack_warm_up();
     os_thp_always(); /* read now: never first inside a sample */
+    if (opt_prof_guard || opt_lg_prof_guard_every >= 0)
+        guard_install_handler();
     if ((opt_prof_final || opt_prof_final_peak) && prefix[0])
         atexit(final_dump);
 }
@@ -336,8 +344,10 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
     return s;
 }
 
-/* Unlinks live sample `s` and keeps its record for reuse. */
-static void sample_release(struct sample_shard *sh, struct sample *s)
+/* Unlinks live sample `s`; keeps its record for reuse unless `keep` (a
+ * guarded sample's, which stays with its mapping in quarantine until
+ * sample_recycle). */
+static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
 {
     sa_lock(&sh->lock);
     if (s->prev)
@@ -347,6 +357,16 @@ static void sample_release(struct sample_shard *sh, struct sample *s)
     if (s->next)
         s->next->prev = s->prev;
     __atomic_fetch_sub(&sh->count, 1, __ATOMIC_RELAXED);
+    if (!keep) {
+        s->next = sh->spare;
+        sh->spare = s;
+    }
+    sa_unlock(&sh->lock);
+}
+
+static void sample_recycle(struct sample_shard *sh, struct sample *s)
+{
+    sa_lock(&sh->lock);
     s->next = sh->spare;
     sh->spare = s;
     sa_unlock(&sh->lock);
@@ -357,14 +377,19 @@ static void sample_release(struct sample_shard *sh, struct sample *s)
  * unwinder allocating: that allocation is served unsampled) or the table is
  * out of memory.  On success the guard stays set: publish() or
  * sample_failed clears it. */
+static struct prof_stack *walk_and_intern(void)
+{
+    void *frames[STACK_MAX_DEPTH];
+    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
+    return stack_intern(frames, depth);
+}
+
 static struct prof_stack *capture_stack(struct tcache *tc)
 {
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    void *frames[STACK_MAX_DEPTH];
-    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
-    struct prof_stack *st = stack_intern(frames, depth);
+    struct prof_stack *st = walk_and_intern();
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
@@ -408,26 +433,62 @@ static void after_publish(struct tcache *tc, const struct sample *s)
     peak_check(live);
 }
 
+bool prof_should_guard(struct tcache *tc)
+{
+    if (opt_prof_guard)
+        return true;
+    if (opt_lg_prof_guard_every < 0)
+        return false;
+    /* One sample in 2^lg, at random, from the thread's generator. */
+    double u = sampler_uniform(&tc->prof.prng); /* (0, 1] */
+    return u <= 1.0 / (double)((uint64_t)1 << opt_lg_prof_guard_every);
+}
+
+/* A guarded sample's mapping gives back no memory when freed until it
+ * leaves the quarantine; the mapping it pushes out is released here. */
+static void release_quarantined(struct span *span)
+{
+    struct sample *s = span->sample;
+    guard_unmap(span); /* out of the pagemap first: no fault finds s now */
+    sample_recycle(shard_of(s->ptr), s);
+}
+
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy, bool *zeroed)
+                         void *proxy, bool guarded, bool *zeroed)
 {
     struct prof_stack *st = capture_stack(tc);
     if (!st)
         return NULL;
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
-    struct span *span = sampled_pages_get(map_len, align, zeroed);
-    if (!span) {
-        sample_failed(tc);
+    uintptr_t object = 0;
+    struct span *span = guarded ? guard_map(usable, align, &object, &map_len) : NULL;
+    if (span) {
+        *zeroed = true;
+    } else if (guarded && !proxy) {
+        /* A large one the guard could not map: served, and sampled, as an
+         * ordinary large span by the caller. */
+        tc->prof.in_prof = false;
         return NULL;
+    } else {
+        guarded = false;
+        if (!(span = sampled_pages_get(map_len, align, zeroed))) {
+            sample_failed(tc);
+            return NULL;
+        }
+        object = span->start;
     }
-    void *mem = (void *)span->start;
+    void *mem = (void *)object;
     struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable, .map_len = map_len,
-                                                   .rate = rate, .stack = st, .proxy = proxy});
+                                                   .rate = rate, .stack = st, .proxy = proxy,
+                                                   .guarded = guarded});
     if (!s) {
-        sampled_pages_put(span);
+        if (guarded)
+            guard_unmap(span);
+        else
+            sampled_pages_put(span);
         return NULL;
     }
-    pageheap_sampled_attach(span, s);
+    pageheap_sampled_attach(span, s, object);
     after_publish(tc, s);
     return mem;
 }
@@ -452,18 +513,32 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     return true;
 }
 
-/* Takes record `s` out of the live samples and the live estimate. */
-static void forget_sample(struct sample *s)
+/* Takes record `s` out of the live samples and the live estimate; its
+ * record is kept if `keep` (see sample_release). */
+static void forget_sample(struct sample *s, bool keep)
 {
     __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
-    sample_release(shard_of(s->ptr), s);
+    sample_release(shard_of(s->ptr), s, keep);
 }
 
 void prof_unsample_span(struct span *span)
 {
     struct sample *s = span->sample;
     __atomic_store_n(&span->sample, NULL, __ATOMIC_RELAXED);
-    forget_sample(s);
+    forget_sample(s, false);
+}
+
+/* The stack that frees a guarded sample, for a report of a use after free:
+ * NULL if this thread has no cache (exiting) or is inside the profiler. */
+static struct prof_stack *free_stack(void)
+{
+    struct tcache *tc = init_current_cache();
+    if (!tc || tc->prof.in_prof)
+        return NULL;
+    tc->prof.in_prof = true;
+    struct prof_stack *st = walk_and_intern();
+    tc->prof.in_prof = false;
+    return st;
 }
 
 size_t prof_free_sampled(struct span *span, void **proxy)
@@ -471,10 +546,21 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     struct sample *s = span->sample;
     size_t usable = s->usable;
     *proxy = s->proxy;
+    if (s->guarded) {
+        /* Out of the live samples, but its record stays with the mapping,
+         * inaccessible in quarantine, to name both stacks if it is used. */
+        s->free_stack = free_stack();
+        forget_sample(s, true);
+        pageheap_sampled_detach(span, SPAN_QUARANTINED);
+        struct span *out = guard_quarantine(span);
+        if (out)
+            release_quarantined(out);
+        return usable;
+    }
     struct prof_stack *st = s->stack;
-    pageheap_sampled_detach(span);
+    pageheap_sampled_detach(span, SPAN_PARKED);
     span->sample = st; /* for the message if it is freed again (prof_describe) */
-    forget_sample(s);
+    forget_sample(s, false);
     sampled_pages_put(span);
     return usable;
 }
@@ -500,6 +586,25 @@ static void print_stack(const struct prof_stack *st)
     }
 }
 
+/* A guarded sample in quarantine: where `p` is, who freed it, who
+ * allocated it. */
+static void describe_freed(const void *p, const struct sample *s)
+{
+    const char *q = p, *start = s->ptr;
+    if (q >= start && q < start + s->usable)
+        sa_message("  %p is %zu bytes into the %zu-byte block at %p, freed already, at:", p,
+                   (size_t)(q - start), s->usable, s->ptr);
+    else
+        sa_message("  %p is in the pages of the %zu-byte block at %p, freed already, at:", p,
+                   s->usable, s->ptr);
+    if (s->free_stack)
+        print_stack(s->free_stack);
+    else
+        sa_message("    (stack not recorded)");
+    sa_message("  and allocated at:");
+    print_stack(s->stack);
+}
+
 void prof_describe(const void *p)
 {
     struct span *span = pagemap_span(p);
@@ -515,7 +620,34 @@ void prof_describe(const void *p)
         sa_message("  %p is in the pages of a sampled block freed already (a double free or a "
                    "use after free), allocated at:", p);
         print_stack(span->sample);
+    } else if (state == SPAN_QUARANTINED && span->sample) {
+        describe_freed(p, span->sample);
     }
+}
+
+bool prof_report_fault(const void *addr, int is_write)
+{
+    struct span *span = pagemap_span(addr);
+    if (!span || (uintptr_t)addr < span->start || (uintptr_t)addr >= span_end(span))
+        return false;
+    unsigned state = __atomic_load_n(&span->state, __ATOMIC_ACQUIRE);
+    const struct sample *s = __atomic_load_n(&span->sample, __ATOMIC_ACQUIRE);
+    const char *access = is_write < 0 ? "access" : is_write ? "write" : "read";
+    if (state == SPAN_SAMPLED && s && s->guarded &&
+        (const char *)addr >= (const char *)s->ptr + s->usable) {
+        sa_message("heap-buffer-overflow: %s of %p, %zu bytes past the end of the %zu-byte "
+                   "block at %p (a guarded sample), allocated at:",
+                   access, addr, (size_t)((const char *)addr - (const char *)s->ptr - s->usable),
+                   s->usable, s->ptr);
+        print_stack(s->stack);
+        return true;
+    }
+    if (state == SPAN_QUARANTINED && s) {
+        sa_message("heap-use-after-free: %s of %p (a guarded sample):", access, addr);
+        describe_freed(addr, s);
+        return true;
+    }
+    return false;
 }
 
 bool prof_is_sampled(const void *p)

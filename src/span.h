@@ -11,7 +11,9 @@
  *               record in `sample`;
  *   SPAN_SAMPLED a sampled small allocation on its own mapping (prof.c):
  *               not part of the heap's chunks, never free, never merged;
- *   SPAN_PARKED such a mapping between two samples (sampled_pages.c).
+ *   SPAN_PARKED such a mapping between two samples (sampled_pages.c);
+ *   SPAN_QUARANTINED a guarded sample's mapping after its free: no access
+ *               until it leaves the quarantine (guard.h).
  *
  * Who writes what: the page heap (under its lock) writes start, npages,
  * state and the free-span fields; the class's central list (under its lock)
@@ -35,7 +37,8 @@ enum span_state {
     SPAN_LARGE = 2,
     SPAN_UNUSED = 3,
     SPAN_SAMPLED = 4,
-    SPAN_PARKED = 5, /* a sampled allocation's mapping, kept between samples */
+    SPAN_PARKED = 5,      /* a sampled allocation's mapping, kept between samples */
+    SPAN_QUARANTINED = 6, /* a guarded sample's mapping, freed, inaccessible a while */
 };
 
 struct span {
@@ -53,6 +56,9 @@ struct span {
     const uint32_t *owner; /* small: generation word of the thread cache that
                           * last took objects from it (NULL: none), and */
     uint32_t owner_gen;  /* its value then: the owner is gone once it differs */
+    uintptr_t object;    /* sampled: the block's address: start, or further
+                          * in for a guarded sample (pushed against the
+                          * inaccessible page that ends its mapping) */
     void *sample;        /* sampled: its record; large: its record if the
                           * allocation is sampled, else NULL; parked: the
                           * stack of the sample it last held (prof.c) */

@@ -13,7 +13,8 @@
  * worker's seed) and the main thread asserts after joining them.
  *
  * Environment: STRESS_SECONDS (default 4) is the length of the random-ops
- * test; STRESS_SEED (default fixed) changes every thread's seed.
+ * test; STRESS_SEED (default fixed) changes every thread's seed;
+ * STRESS_FORKS (default 50) is how many times the fork loop forks.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1143,6 +1144,13 @@ static void test_stress_producer_consumer(void **state)
 #define FORK_BG        2
 #define FORK_BG_OBJS   64
 
+static int fork_loops(void)
+{
+    const char *s = getenv("STRESS_FORKS");
+    int v = s ? atoi(s) : 0;
+    return v > 0 ? v : FORK_LOOPS;
+}
+
 static atomic_int g_fork_stop;
 
 static void *fork_bg_main(void *arg)
@@ -1230,7 +1238,7 @@ static void test_stress_fork_loop(void **state)
     obj_t mine[32];
     rng_t r = { thread_seed(6, 0) };
     int iter;
-    for (iter = 0; iter < FORK_LOOPS && !failed(); iter++) {
+    for (iter = 0; iter < fork_loops() && !failed(); iter++) {
         for (int i = 0; i < 32; i++) {
             mine[i].size = pick_size(&r) % (256 * KiB);
             mine[i].p = malloc(mine[i].size);

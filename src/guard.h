@@ -1,0 +1,60 @@
+/*
+ * guard.h: guarded sampling, the sampled pages' second job: catching memory
+ * errors in production (opt.prof_guard, opt.lg_prof_guard_every).
+ *
+ * A guarded sample lives on a mapping of its own, small or large:
+ *
+ *     start                        data end                      end
+ *     | (unused) |  block of Z bytes |  inaccessible (PROT_NONE)  |
+ *                ^object              ^ an overflow faults here
+ *
+ * the block pushed against an inaccessible page (at most its alignment's
+ * slack before it, 0 bytes for an ordinary malloc).  When it is freed its
+ * pages are purged and made inaccessible too, and the mapping waits in a
+ * quarantine (a FIFO of GUARD_QUARANTINE mappings) before it is unmapped,
+ * so a use after free faults as well.  Every page is in the pagemap, the
+ * span pointing at the sample's record (kept through the quarantine, with
+ * the stack that freed it), so salloc's SIGSEGV handler, installed at
+ * start-up when guarding is on and chained to any handler installed
+ * before it, can tell such a fault from any other: it prints what happened
+ * (prof_report_fault) and lets the default action (or the previous
+ * handler) take the process.
+ *
+ * Costs a system call or four per guarded sample (map, protect; at free
+ * purge and protect; unmap when it leaves the quarantine), no resident
+ * memory for the guard and quarantined pages.  One lock
+ * (LOCK_RANK_QUARANTINE) for the quarantine's FIFO, never across a system
+ * call.  Calls os.c and the page heap.
+ */
+#ifndef SA_GUARD_H
+#define SA_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct span;
+
+/* Freed guarded mappings kept inaccessible before they are unmapped. */
+#define GUARD_QUARANTINE 256
+
+/* A mapping for a guarded block of `usable` bytes aligned to `align` (at
+ * most a salloc page): its parked span record, *object the block's
+ * address, *data_len the bytes before the guard; NULL with ENOMEM. */
+struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *data_len);
+
+/* Makes a freed guarded mapping inaccessible and puts it in quarantine
+ * (its span must already be SPAN_QUARANTINED); returns the mapping it
+ * pushes out, if any, for the caller to release its record and then
+ * guard_unmap() it. */
+struct span *guard_quarantine(struct span *s);
+void guard_unmap(struct span *s);
+
+/* Installs the SIGSEGV handler (start-up, when guarding is on). */
+void guard_install_handler(void);
+
+void guard_prefork(void);
+void guard_postfork_parent(void);
+void guard_postfork_child(void);
+
+#endif

@@ -1,0 +1,413 @@
+/*
+ * test_guard.c: guarded sampling (src/guard.h): where a guarded block sits,
+ * the quarantine, the fault reports and the handler's chaining.  What a
+ * real fault does to a process (the message, then death by SIGSEGV) is
+ * test/integration/test_guard.c's.
+ *
+ *   - every allocation function's guarded block ends where its mapping's
+ *     inaccessible page starts (small and large, aligned, calloc'd zero,
+ *     realloc'd with its contents), and the first byte past it faults;
+ *     an alignment above a salloc page is served unguarded;
+ *   - a freed guarded block faults at once, stays registered (quarantined)
+ *     for GUARD_QUARANTINE frees, then is unmapped and its record reused:
+ *     the mappings and records stay bounded however many are freed;
+ *   - prof_report_fault recognises a guarded block's overflow and use after
+ *     free, names the block and both stacks, and nothing else;
+ *   - opt.lg_prof_guard_every guards about one sample in 2^N;
+ *   - mprotect refused: the sample is taken unguarded, nothing lost;
+ *   - the SIGSEGV handler passes faults it does not own to the handler
+ *     installed before it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../../include/salloc.h"
+#include "dump.h"
+#include "guard.h"
+#include "prof.h"
+#include "unit.h"
+
+/* The tests use blocks after freeing them on purpose. */
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/* ---- probing an address: does touching it fault? ---- */
+
+static sigjmp_buf probe_jump;
+static volatile sig_atomic_t probing;
+
+static void probe_handler(int sig, siginfo_t *info, void *context)
+{
+    (void)sig, (void)info, (void)context;
+    if (probing)
+        siglongjmp(probe_jump, 1);
+    abort();
+}
+
+/* Installs the probe's handler and returns the one it replaced. */
+static struct sigaction install_probe(void)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = probe_handler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old);
+    return old;
+}
+
+/* Whether reading the byte at `p` faults (our handler, not salloc's). */
+static bool faults(const volatile char *p)
+{
+    struct sigaction old = install_probe();
+    volatile bool faulted = true;
+    probing = 1;
+    if (!sigsetjmp(probe_jump, 1)) {
+        (void)*p;
+        faulted = false;
+    }
+    probing = 0;
+    sigaction(SIGSEGV, &old, NULL);
+    return faulted;
+}
+
+/* ---- set-up: every allocation sampled and guarded ---- */
+
+static size_t saved_lg;
+
+/* The compiler may drop a malloc whose block is only freed: not these. */
+static void *volatile sink;
+
+static void alloc_and_free(size_t n)
+{
+    sink = malloc(n);
+    free(sink);
+}
+
+static int guard_all(void **state)
+{
+    (void)state;
+    saved_lg = prof_lg_sample_get();
+    prof_lg_sample_set(0);
+    opt_prof_guard = true;
+    alloc_and_free(SA_MAX_SMALL + 1); /* the slow path: the new rate now */
+    return 0;
+}
+
+static int guard_none(void **state)
+{
+    (void)state;
+    opt_prof_guard = false;
+    opt_lg_prof_guard_every = -1;
+    prof_lg_sample_set(saved_lg);
+    return 0;
+}
+
+static bool is_guarded(const void *p)
+{
+    struct span *s = pageheap_sampled_span(p);
+    return s && ((uintptr_t)p + malloc_usable_size((void *)p)) % SA_PAGE_SIZE == 0 &&
+           (uintptr_t)p + malloc_usable_size((void *)p) == span_end(s) - SA_PAGE_SIZE;
+}
+
+/* ---- layout ---- */
+
+static void check_block(char *p, size_t want_size, size_t align)
+{
+    assert_non_null(p);
+    size_t usable = malloc_usable_size(p);
+    assert_true(usable >= want_size);
+    assert_true(is_guarded(p));
+    /* At least what it asked for, and what a slab would give a block of
+     * its size: its size's lowest set bit, up to 16. */
+    size_t natural = usable & -usable;
+    assert_int_equal((uintptr_t)p % (align > 16 ? align : natural < 16 ? natural : 16), 0);
+    memset(p, 0x5a, usable); /* every usable byte is writable */
+    assert_false(faults(p + usable - 1));
+    assert_true(faults(p + usable)); /* the first byte past it */
+    assert_true(faults(p + usable + SA_PAGE_SIZE - 1));
+}
+
+static void test_guard_blocks_end_at_the_guard_page(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 8, 24, 64, 100, 4096, 9000, SA_MAX_SMALL, SA_MAX_SMALL + 1, 1 << 20};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char *p = malloc(sizes[i]);
+        check_block(p, sizes[i], 16);
+        free(p);
+    }
+    size_t aligns[] = {32, 64, 256, 4096, SA_PAGE_SIZE};
+    for (size_t i = 0; i < sizeof(aligns) / sizeof(aligns[0]); i++) {
+        char *p = aligned_alloc(aligns[i], 100);
+        check_block(p, 100, aligns[i]);
+        free(p);
+        assert_int_equal(posix_memalign((void **)&p, aligns[i], 3 * SA_PAGE_SIZE), 0);
+        check_block(p, 3 * SA_PAGE_SIZE, aligns[i]);
+        free(p);
+    }
+    /* Above a salloc page the guard cannot keep the alignment: unguarded. */
+    char *big = aligned_alloc(4 * SA_PAGE_SIZE, 100);
+    assert_non_null(big);
+    assert_int_equal((uintptr_t)big % (4 * SA_PAGE_SIZE), 0);
+    assert_false(is_guarded(big));
+    assert_true(prof_is_sampled(big));
+    free(big);
+}
+
+static void test_guard_calloc_and_realloc(void **state)
+{
+    (void)state;
+    for (size_t n = 1; n <= 2 * SA_MAX_SMALL; n = n * 3 + 1) {
+        unsigned char *p = calloc(1, n);
+        check_block((char *)p, n, 16);
+        free(p);
+        p = calloc(1, n); /* again: the quarantine never hands out old pages */
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(p[i], 0);
+        memset(p, 0x77, n);
+        unsigned char *q = realloc(p, 2 * n + 1);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(q[i], 0x77);
+        check_block((char *)q, 2 * n + 1, 16);
+        free(q);
+    }
+}
+
+/* ---- quarantine ---- */
+
+static size_t count_mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    size_t n = 0;
+    for (int c; (c = fgetc(f)) != EOF;)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static void test_guard_quarantine(void **state)
+{
+    (void)state;
+    char *first = malloc(64);
+    assert_true(is_guarded(first));
+    free(first);
+    struct span *s = pagemap_span(first);
+    assert_non_null(s);
+    assert_int_equal(s->state, SPAN_QUARANTINED);
+    assert_null(pageheap_sampled_span(first)); /* free() would not take it */
+    assert_true(faults(first));                /* a use after free faults */
+    /* GUARD_QUARANTINE - 1 more frees keep it; the next pushes it out. */
+    for (int i = 0; i < GUARD_QUARANTINE - 1; i++)
+        alloc_and_free(64);
+    assert_ptr_equal(pagemap_span(first), s);
+    alloc_and_free(64);
+    struct span *t = pagemap_span(first); /* a stale entry, or the record reused */
+    assert_true(!t || t->state != SPAN_QUARANTINED || (uintptr_t)first < t->start ||
+                (uintptr_t)first >= span_end(t));
+
+    /* However many: mappings, records and live samples stay bounded. */
+    size_t maps0 = count_mappings(), live0 = prof_live_upper_bound();
+    size_t mapped0 = pageheap_mapped_bytes();
+    for (int i = 0; i < 20 * GUARD_QUARANTINE; i++)
+        alloc_and_free((size_t)(i % 300) * 64 + 1);
+    assert_true(count_mappings() <= maps0 + 8);
+    assert_int_equal(prof_live_upper_bound(), live0);
+    assert_true(pageheap_mapped_bytes() <= mapped0 + ((size_t)4 << 20));
+}
+
+/* ---- the reports ---- */
+
+/* Runs prof_report_fault with stderr captured into `out`. */
+static bool report(const void *addr, int is_write, char *out, size_t size)
+{
+    char path[] = "/tmp/salloc_guard_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    int saved = dup(2);
+    dup2(fd, 2);
+    bool known = prof_report_fault(addr, is_write);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, out, size - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    return known;
+}
+
+__attribute__((noinline)) static char *allocated_here(size_t n)
+{
+    char *p = malloc(n);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+__attribute__((noinline)) static void freed_here(char *p)
+{
+    free(p);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_guard_reports(void **state)
+{
+    (void)state;
+    char out[8192], want[256];
+    char *p = allocated_here(64);
+    assert_true(is_guarded(p));
+    assert_true(report(p + 64, 1, out, sizeof(out)));
+    snprintf(want, sizeof(want),
+             "heap-buffer-overflow: write of %p, 0 bytes past the end of the 64-byte block at %p",
+             (void *)(p + 64), (void *)p);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "allocated at:"));
+    assert_true(report(p + 64 + 100, 0, out, sizeof(out)));
+    snprintf(want, sizeof(want), "read of %p, 100 bytes past the end", (void *)(p + 164));
+    assert_non_null(strstr(out, want));
+    /* Inside the live block, or any address not a guarded block's: no. */
+    assert_false(report(p, 0, out, sizeof(out)));
+    assert_string_equal(out, "");
+    opt_prof_guard = false; /* an ordinary sample */
+    char *unguarded = malloc(64);
+    opt_prof_guard = true;
+    assert_false(is_guarded(unguarded));
+    assert_false(report(unguarded + 64, 1, out, sizeof(out)));
+    assert_false(report(&out[0], 1, out, sizeof(out)));
+    assert_false(report(NULL, 1, out, sizeof(out)));
+    free(unguarded);
+
+    freed_here(p);
+    assert_true(report(p + 16, 1, out, sizeof(out)));
+    snprintf(want, sizeof(want), "heap-use-after-free: write of %p", (void *)(p + 16));
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want), "%p is 16 bytes into the 64-byte block at %p, freed already, at:",
+             (void *)(p + 16), (void *)p);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "and allocated at:"));
+    /* The two stacks differ: the free's first frame is freed_here's. */
+    const char *freed_at = strstr(out, "freed already, at:"), *alloc_at = strstr(out, "and allocated");
+    assert_true(freed_at && alloc_at && freed_at < alloc_at);
+    void *free_pc = NULL, *alloc_pc = NULL;
+    sscanf(strstr(freed_at, "#0 "), "#0 %p", &free_pc);
+    sscanf(strstr(alloc_at, "#0 "), "#0 %p", &alloc_pc);
+    assert_true((char *)free_pc > (char *)freed_here && (char *)free_pc < (char *)freed_here + 64);
+    assert_true((char *)alloc_pc > (char *)allocated_here &&
+                (char *)alloc_pc < (char *)allocated_here + 64);
+}
+
+/* ---- a fraction of samples ---- */
+
+static void test_guard_every(void **state)
+{
+    (void)state;
+    opt_prof_guard = false;
+    opt_lg_prof_guard_every = 2; /* one in 4 */
+    enum { N = 4000 };
+    static char *p[N];
+    size_t guarded = 0;
+    for (int i = 0; i < N; i++) {
+        p[i] = malloc(64);
+        guarded += is_guarded(p[i]);
+    }
+    for (int i = 0; i < N; i++)
+        free(p[i]);
+    fprintf(stderr, "# lg_prof_guard_every:2: %zu of %d samples guarded\n", guarded, N);
+    /* Binomial(4000, 1/4): mean 1000, sd 27; 6 sd either side. */
+    assert_true(guarded > 1000 - 165 && guarded < 1000 + 165);
+    opt_lg_prof_guard_every = 0; /* every one */
+    char *q = malloc(64);
+    assert_true(is_guarded(q));
+    free(q);
+    opt_lg_prof_guard_every = -1;
+    opt_prof_guard = true;
+}
+
+/* ---- mprotect refused ---- */
+
+static int refusing_mprotect(void *addr, size_t len, int prot)
+{
+    (void)addr, (void)len, (void)prot;
+    errno = ENOMEM;
+    return -1;
+}
+
+static uint64_t samples_failed(void)
+{
+    uint64_t v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl("prof.samples_failed", &v, &len, NULL, 0), 0);
+    return v;
+}
+
+static void test_guard_refused_is_sampled_unguarded(void **state)
+{
+    (void)state;
+    uint64_t failed0 = samples_failed();
+    size_t maps0 = count_mappings();
+    os_syscalls.mprotect = refusing_mprotect;
+    char *small = malloc(100), *large = malloc(1 << 20);
+    os_syscalls.mprotect = mprotect;
+    assert_non_null(small);
+    assert_non_null(large);
+    assert_false(is_guarded(small));
+    assert_false(is_guarded(large));
+    assert_true(prof_is_sampled(small)); /* a sample all the same */
+    assert_true(prof_is_sampled(large));
+    assert_int_equal(samples_failed(), failed0);
+    memset(small, 1, 100);
+    memset(large, 1, 1 << 20);
+    free(small);
+    free(large);
+    assert_true(count_mappings() <= maps0 + 2); /* the refused mappings went back */
+}
+
+/* ---- chaining ---- */
+
+static volatile sig_atomic_t previous_ran;
+static sigjmp_buf chain_jump;
+
+static void previous_handler(int sig, siginfo_t *info, void *context)
+{
+    (void)sig, (void)info, (void)context;
+    previous_ran = 1;
+    siglongjmp(chain_jump, 1);
+}
+
+static void test_guard_handler_chains(void **state)
+{
+    (void)state;
+    struct sigaction sa, original;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = previous_handler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &original);
+    guard_install_handler(); /* salloc's, in front of previous_handler */
+    char *foreign = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(foreign != MAP_FAILED);
+    previous_ran = 0;
+    if (!sigsetjmp(chain_jump, 1))
+        (void)*(volatile char *)foreign;
+    assert_true(previous_ran); /* not salloc's fault: passed on */
+    munmap(foreign, 4096);
+    sigaction(SIGSEGV, &original, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_guard_blocks_end_at_the_guard_page),
+        cmocka_unit_test(test_guard_calloc_and_realloc),
+        cmocka_unit_test(test_guard_quarantine),
+        cmocka_unit_test(test_guard_reports),
+        cmocka_unit_test(test_guard_every),
+        cmocka_unit_test(test_guard_refused_is_sampled_unguarded),
+        cmocka_unit_test(test_guard_handler_chains),
+    };
+    return cmocka_run_group_tests_name("guarded sampling", tests, guard_all, guard_none);
+}
