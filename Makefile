@@ -2,9 +2,11 @@
 #
 #   make run             the demo under the profiler: salloc run, salloc top, a flame graph
 #   make                 lib/libsalloc.so (+ soname links), lib/libsalloc.a, build/bin/salloc
-#   make test            every test (unit, stress, integration) and the fast path's
-#                        instruction counts against bench/fastpath.golden
+#   make test            every test (unit, stress, integration), the fast path's
+#                        instruction counts against bench/fastpath.golden, and
+#                        a short fuzz run (fuzz-smoke) when clang has libFuzzer
 #   make test-tsan       the stress tests built with -fsanitize=thread
+#   make fuzz            each libFuzzer target for FUZZ_SECONDS (test/fuzz/)
 #   make bench           bench/bin/bench_core (google benchmark)
 #   make bench-compare   salloc vs glibc, jemalloc, tcmalloc, mimalloc
 #   make bench-callgrind instructions per malloc+free pair, per allocator
@@ -192,6 +194,8 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    bash bench/callgrind.sh --check || fail=1; \
 	else echo "SKIP: fast-path instruction counts: valgrind is not installed"; fi; \
 	exit $$fail
+	@if $(FUZZ_PROBE); then $(MAKE) --no-print-directory fuzz-smoke; \
+	else echo "SKIP: fuzzing: clang/libFuzzer not installed"; fi
 
 test-tsan: test/bin/test_tsan_stress
 	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0" \
@@ -275,3 +279,117 @@ install: all
 
 clean:
 	rm -rf build lib test/bin bench/bin
+
+# ---- fuzzing ----
+# libFuzzer targets (test/fuzz/, see its README.md) built by clang with
+# AddressSanitizer and UBSan.  The sanitizers bring their own malloc, so, as
+# in the ThreadSanitizer build, salloc is compiled again into build/fuzz/lib
+# with its allocation API renamed (sa_fuzz_malloc, ...): the process
+# allocates with ASan's malloc and the targets call salloc's internals
+# (conf_apply, mallctl, ...).  cxx_new.c stays out (ASan has its own
+# operator new).  The salloc command's readers (tools/) are compiled with
+# the same sanitizers into build/fuzz/tools.
+#   make fuzz         each target for FUZZ_SECONDS, from its corpus
+#   make fuzz-smoke   each target for FUZZ_SMOKE_SECONDS from the committed
+#                     seeds alone, then every file of
+#                     test/fuzz/regressions/<target>/ once; fails on any
+#                     crash (make test runs it when clang has libFuzzer)
+# make fuzz keeps the inputs it finds in build/fuzz/corpus/<target>; crashes
+# go to build/fuzz/crashes/<target>/.
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 120
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_TARGETS   := fuzz_conf fuzz_mallctl fuzz_dump_readers
+FUZZ_BINS      := $(FUZZ_TARGETS:%=build/fuzz/%)
+FUZZ_SAN       := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_RENAME    := $(foreach f,$(TSAN_API),-D$(f)=sa_fuzz_$(f))
+FUZZ_WARN      := $(filter-out -Werror,$(WARN))
+FUZZ_LIB_OBJS  := $(patsubst src/%.c,build/fuzz/lib/%.o,$(filter-out src/cxx_new.c,$(SRCS)))
+FUZZ_TOOL_OBJS := $(patsubst tools/%.c,build/fuzz/tools/%.o,$(filter-out tools/symbolize.c,$(TOOL_SRCS)))
+FUZZ_TFLAGS    := -std=gnu11 -O1 -g $(FUZZ_WARN) $(FUZZ_SAN) -fsanitize=fuzzer -pthread \
+                  -Iinclude -Isrc -Itools -Itest/fuzz
+# The targets' temporary directories (left behind by a crash) go under build/.
+FUZZ_ENV       := TMPDIR=$(CURDIR)/build/fuzz/tmp ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+                  UBSAN_OPTIONS=print_stacktrace=1
+# Succeeds when $(FUZZ_CC) builds a libFuzzer program with both sanitizers.
+FUZZ_PROBE      = mkdir -p build/fuzz && \
+                  printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; return (int)n * 0; }\n' \
+                      > build/fuzz/probe.c && \
+                  $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o build/fuzz/probe build/fuzz/probe.c >/dev/null 2>&1
+
+build/fuzz/lib build/fuzz/tools:
+	mkdir -p $@
+
+# TO_SALLOC_TEXT for these objects: coverage instrumentation gives every
+# function a section of its own (.text.<name>), so every .text* section is
+# renamed, not only the usual five.
+FUZZ_TO_SALLOC_TEXT = objcopy $$(objdump -h $@.tmp | \
+                          awk '$$2 ~ /^\.text($$|\.)/ { printf " --rename-section %s=salloc_text", $$2 }') \
+                          $@.tmp $@ && rm -f $@.tmp
+
+# test/fuzz/ignorelist.txt: checks left out for known findings in src/
+# (FUZZ_IGNORELIST= builds with every check, to reproduce them).
+FUZZ_IGNORELIST ?= test/fuzz/ignorelist.txt
+build/fuzz/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(FUZZ_IGNORELIST) | build/fuzz/lib
+	$(FUZZ_CC) $(filter-out -Werror,$(LIBFLAGS)) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+	    $(if $(FUZZ_IGNORELIST),-fsanitize-ignorelist=$(FUZZ_IGNORELIST)) \
+	    -DSA_DEBUG_BUILD=1 $(FUZZ_RENAME) -c $< -o $@.tmp
+	$(FUZZ_TO_SALLOC_TEXT)
+
+# salloc.c's main() is renamed (and so has no prototype): libFuzzer has the
+# process's.
+build/fuzz/tools/%.o: tools/%.c tools/cli.h | build/fuzz/tools
+	$(FUZZ_CC) -std=gnu11 -O1 -g $(FUZZ_WARN) -Wno-missing-prototypes $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+	    -DSALLOC_LIBDIR='"$(LIBDIR)"' -Dmain=salloc_main -c $< -o $@
+
+build/fuzz/fuzz_conf build/fuzz/fuzz_mallctl: build/fuzz/%: test/fuzz/%.c test/fuzz/fuzz_util.h $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_TFLAGS) -o $@ $< $(FUZZ_LIB_OBJS) -lm -ldl
+
+# Every string leaf of src/ctl.c must be known to the target (see the script).
+build/fuzz/fuzz_mallctl: build/fuzz/string_leaves.ok
+build/fuzz/string_leaves.ok: src/ctl.c test/fuzz/fuzz_mallctl.c test/fuzz/check_string_leaves.sh | build/fuzz/lib
+	sh test/fuzz/check_string_leaves.sh src/ctl.c test/fuzz/fuzz_mallctl.c && touch $@
+
+# symbolize.c is compiled into the target itself (#include, with stand-ins
+# for addr2line and stat: see the file).
+build/fuzz/fuzz_dump_readers: test/fuzz/fuzz_dump_readers.c test/fuzz/fuzz_util.h tools/symbolize.c \
+                              tools/cli.h $(FUZZ_TOOL_OBJS) build/fuzz/elf_sample
+	$(FUZZ_CC) $(FUZZ_TFLAGS) -o $@ $< $(FUZZ_TOOL_OBJS) -lm
+
+build/fuzz/elf_sample: test/fuzz/elf_sample.c | build/fuzz/lib
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -o $@ $< -ldl
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: $(FUZZ_BINS)
+	@fail=0; \
+	for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build/fuzz/corpus/$$t build/fuzz/crashes/$$t build/fuzz/tmp; \
+	    echo "== $$t for $(FUZZ_SECONDS) s (new inputs: build/fuzz/corpus/$$t, crashes: build/fuzz/crashes/$$t)"; \
+	    $(FUZZ_ENV) build/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	        -artifact_prefix=build/fuzz/crashes/$$t/ -dict=test/fuzz/$$t.dict \
+	        build/fuzz/corpus/$$t test/fuzz/corpus/$$t || fail=1; \
+	done; \
+	exit $$fail
+
+fuzz-smoke: $(FUZZ_BINS)
+	@fail=0; \
+	for t in $(FUZZ_TARGETS); do \
+	    rm -rf build/fuzz/smoke/$$t; \
+	    mkdir -p build/fuzz/smoke/$$t build/fuzz/crashes/$$t build/fuzz/tmp; \
+	    echo "== $$t for $(FUZZ_SMOKE_SECONDS) s"; \
+	    $(FUZZ_ENV) build/fuzz/$$t -max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=10 \
+	        -artifact_prefix=build/fuzz/crashes/$$t/ -dict=test/fuzz/$$t.dict \
+	        build/fuzz/smoke/$$t test/fuzz/corpus/$$t 2>build/fuzz/$$t.log || \
+	        { tail -n 60 build/fuzz/$$t.log; fail=1; }; \
+	    tail -n 1 build/fuzz/$$t.log; \
+	    regs=$$(find test/fuzz/regressions/$$t -type f ! -name '.*' 2>/dev/null | sort); \
+	    if [ -n "$$regs" ]; then \
+	        echo "== $$t: $$(echo "$$regs" | wc -l) regression inputs"; \
+	        $(FUZZ_ENV) build/fuzz/$$t -timeout=30 $$regs 2>build/fuzz/$$t.regressions.log || \
+	            { tail -n 60 build/fuzz/$$t.regressions.log; fail=1; }; \
+	    fi; \
+	done; \
+	exit $$fail
+
+.PHONY: fuzz fuzz-smoke fuzz-build

@@ -81,7 +81,9 @@ static inline unsigned pagemap_class(const void *p)
     if (unlikely(root >= PM_ROOT_LEN))
         return 0;
     uintptr_t off = __atomic_load_n(&pm_classes.offset[root], __ATOMIC_RELAXED);
-    const uint8_t *cls = pm_classes.zero + off + pm_leaf_index(a);
+    /* In integers: the sum points into another object (the leaf's class
+     * array), which pointer arithmetic from `zero` may not reach in C. */
+    const uint8_t *cls = (const uint8_t *)((uintptr_t)pm_classes.zero + off + pm_leaf_index(a));
     return __atomic_load_n(cls, __ATOMIC_RELAXED);
 }
 

@@ -90,7 +90,8 @@ int cmd_diff(int argc, char **argv)
     size_t n = 0, cap = 0;
     double told = add_rows(&a, false, &rows, &n, &cap);
     double tnew = add_rows(&b, true, &rows, &n, &cap);
-    qsort(rows, n, sizeof(*rows), row_name_cmp);
+    if (n > 1) /* two dumps without records have no array at all */
+        qsort(rows, n, sizeof(*rows), row_name_cmp);
     size_t u = 0;
     for (size_t i = 0; i < n; i++) {
         if (u && !strcmp(rows[u - 1].func, rows[i].func)) {
@@ -101,7 +102,8 @@ int cmd_diff(int argc, char **argv)
             rows[u++] = rows[i];
         }
     }
-    qsort(rows, u, sizeof(*rows), row_growth_cmp);
+    if (u > 1)
+        qsort(rows, u, sizeof(*rows), row_growth_cmp);
     char h1[32], h2[32], h3[32];
     printf("old: %s: %.0f bytes live (%s)\n", a.path, told, human_bytes(told, h1, sizeof(h1)));
     printf("new: %s: %.0f bytes live (%s)\n", b.path, tnew, human_bytes(tnew, h2, sizeof(h2)));

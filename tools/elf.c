@@ -44,30 +44,40 @@ static int sym_cmp(const void *a, const void *b)
     return (int)strlen(x->name) - (int)strlen(y->name);
 }
 
+/* Section header i.  Headers and symbols are copied out of the file: the
+ * offsets in it need not be aligned (a damaged file), and a misaligned
+ * access is undefined. */
+static Elf64_Shdr section(const struct elf *e, const Elf64_Ehdr *h, uint64_t i)
+{
+    Elf64_Shdr sh;
+    memcpy(&sh, e->data + h->e_shoff + i * h->e_shentsize, sizeof(sh));
+    return sh;
+}
+
 /* Loads the function symbols of the first section of type `type`. */
 static void load_symbols(struct elf *e, const Elf64_Ehdr *h, uint32_t type)
 {
     for (unsigned i = 0; i < h->e_shnum; i++) {
-        const Elf64_Shdr *sh = (const Elf64_Shdr *)(e->data + h->e_shoff + (uint64_t)i * h->e_shentsize);
-        if (sh->sh_type != type || sh->sh_entsize != sizeof(Elf64_Sym) || sh->sh_link >= h->e_shnum)
+        const Elf64_Shdr sh = section(e, h, i);
+        if (sh.sh_type != type || sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= h->e_shnum)
             continue;
-        const Elf64_Shdr *strs =
-            (const Elf64_Shdr *)(e->data + h->e_shoff + (uint64_t)sh->sh_link * h->e_shentsize);
-        if (!in_file(e, sh->sh_offset, sh->sh_size) || !in_file(e, strs->sh_offset, strs->sh_size))
+        const Elf64_Shdr strs = section(e, h, sh.sh_link);
+        if (!in_file(e, sh.sh_offset, sh.sh_size) || !in_file(e, strs.sh_offset, strs.sh_size))
             continue;
-        size_t n = sh->sh_size / sizeof(Elf64_Sym);
+        size_t n = sh.sh_size / sizeof(Elf64_Sym);
         e->syms = xrealloc(e->syms, (e->nsyms + n) * sizeof(*e->syms));
-        const Elf64_Sym *st = (const Elf64_Sym *)(e->data + sh->sh_offset);
-        const char *names = e->data + strs->sh_offset;
+        const char *names = e->data + strs.sh_offset;
         for (size_t k = 0; k < n; k++) {
-            int t = ELF64_ST_TYPE(st[k].st_info);
-            if ((t != STT_FUNC && t != STT_GNU_IFUNC) || st[k].st_shndx == SHN_UNDEF ||
-                st[k].st_value == 0 || st[k].st_name >= strs->sh_size)
+            Elf64_Sym st;
+            memcpy(&st, e->data + sh.sh_offset + k * sizeof(st), sizeof(st));
+            int t = ELF64_ST_TYPE(st.st_info);
+            if ((t != STT_FUNC && t != STT_GNU_IFUNC) || st.st_shndx == SHN_UNDEF ||
+                st.st_value == 0 || st.st_name >= strs.sh_size)
                 continue;
-            const char *name = names + st[k].st_name;
-            if (!memchr(name, '\0', strs->sh_size - st[k].st_name) || !*name)
+            const char *name = names + st.st_name;
+            if (!memchr(name, '\0', strs.sh_size - st.st_name) || !*name)
                 continue;
-            e->syms[e->nsyms++] = (struct sym){st[k].st_value, st[k].st_size, name};
+            e->syms[e->nsyms++] = (struct sym){st.st_value, st.st_size, name};
         }
         return;
     }

@@ -266,7 +266,8 @@ void symbolize(struct profile *p, bool want_locations)
             pcs[u++] = pcs[i];
     p->frames = xmalloc((u + 1) * sizeof(*p->frames));
     p->nframes = u;
-    qsort(p->maps, p->nmaps, sizeof(*p->maps), map_cmp);
+    if (p->nmaps) /* a dump without MAPPED_LIBRARIES has no array at all */
+        qsort(p->maps, p->nmaps, sizeof(*p->maps), map_cmp);
 
     /* Default names, and the ELF address of each, grouped by file. */
     const struct mapping **owner = xmalloc((u + 1) * sizeof(*owner));
