@@ -52,7 +52,12 @@ all: $(SHLIB) lib/libsalloc.so lib/libsalloc.a build/bin/salloc
 TEXT_SECTIONS := .text .text.unlikely .text.hot .text.startup .text.exit
 TO_SALLOC_TEXT = objcopy $(foreach t,$(TEXT_SECTIONS),--rename-section $(t)=salloc_text) $@.tmp $@ && rm -f $@.tmp
 
-build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/lib
+# build/lib/debug-mode holds the SA_DEBUG the objects were built with; it
+# changes (and so rebuilds them) only when SA_DEBUG does.
+DEBUG_MODE := build/lib/debug-mode
+$(shell mkdir -p build/lib && (echo $(SA_DEBUG) | cmp -s - $(DEBUG_MODE) || echo $(SA_DEBUG) > $(DEBUG_MODE)))
+
+build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(DEBUG_MODE) | build/lib
 	$(CC) $(LIBFLAGS) -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@.tmp
 	$(TO_SALLOC_TEXT)
 
@@ -189,7 +194,8 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
-	if command -v valgrind >/dev/null; then \
+	if [ "$(SA_DEBUG)" != 0 ]; then echo "SKIP: fast-path instruction counts: SA_DEBUG=$(SA_DEBUG) build"; \
+	elif command -v valgrind >/dev/null; then \
 	    echo "== fast-path instruction counts against bench/fastpath.golden"; \
 	    bash bench/callgrind.sh --check || fail=1; \
 	else echo "SKIP: fast-path instruction counts: valgrind is not installed"; fi; \

@@ -114,6 +114,15 @@ static struct span *span_for(struct central *c, unsigned cls, struct central_own
     return c->partial; /* out of memory: anyone's will do */
 }
 
+/* Debug builds: the class's spans and lists, every 16th batch of the
+ * class (no lock held: central_check takes the class's). */
+static void debug_check(unsigned cls)
+{
+    static unsigned batches[SA_NUM_CLASSES];
+    if (sa_debug_due(&batches[cls], 16))
+        central_check(cls);
+}
+
 unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
                              void **head, void **tail)
 {
@@ -152,6 +161,7 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
     sa_unlock(&c->lock);
     *head = first;
     *tail = last;
+    debug_check(cls);
     return got;
 }
 
@@ -186,6 +196,7 @@ void central_free_batch(unsigned cls, void *head, unsigned n)
     }
     c->allocated -= n;
     sa_unlock(&c->lock);
+    debug_check(cls);
 }
 
 void central_release_empty(void)

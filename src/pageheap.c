@@ -300,6 +300,16 @@ static bool carve(struct span *s, size_t npages, size_t align_pages)
     return true;
 }
 
+/* Debug builds: every free list, the dirty LRU, the counts and the free
+ * pages' classes, every 32nd allocation or free (pageheap_check takes the
+ * lock). */
+static void debug_check(void)
+{
+    static unsigned calls;
+    if (sa_debug_due(&calls, 32))
+        pageheap_check();
+}
+
 struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, bool *zeroed)
 {
     if (npages == 0 || npages > PAGEHEAP_MAX_PAGES || align_pages > PAGEHEAP_MAX_PAGES) {
@@ -339,6 +349,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     }
     maybe_decay();
     sa_unlock(&ph_lock);
+    debug_check();
     return s;
 }
 
@@ -367,6 +378,7 @@ void pageheap_free(struct span *s)
     sa_lock(&ph_lock);
     free_locked(s);
     sa_unlock(&ph_lock);
+    debug_check();
 }
 
 static bool is_large_start(const struct span *s, const void *p)
@@ -382,6 +394,8 @@ size_t pageheap_free_large(void *p)
     if (bytes)
         free_locked(s);
     sa_unlock(&ph_lock);
+    if (bytes)
+        debug_check();
     return bytes;
 }
 

@@ -148,6 +148,15 @@ static void enforce_budget(struct tcache *tc)
     }
 }
 
+/* Debug builds: every list of the cache against its counts, every 16th
+ * refill or overflow. */
+static void debug_check(const struct tcache *tc)
+{
+    static unsigned visits;
+    if (sa_debug_due(&visits, 16))
+        tcache_check(tc);
+}
+
 void *tcache_refill(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
@@ -168,6 +177,7 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
     uint32_t cap = class_cap(cls), grown = bin->max < batch ? bin->max * 2 : bin->max + batch;
     tcache_bin_set_max(bin, grown < cap ? grown : cap);
     enforce_budget(tc);
+    debug_check(tc);
     return head;
 }
 
@@ -183,6 +193,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
             tcache_bin_set_max(bin, bin->max - batch);
     }
     enforce_budget(tc);
+    debug_check(tc);
 }
 
 size_t tcache_all_cached_bytes(void)

@@ -49,6 +49,16 @@
 #endif
 static const bool SA_DEBUG = SA_DEBUG_BUILD;
 
+/* Debug builds: true on every `every`th call sharing `counter`, for the
+ * deep checks a slow path runs (central_check, pageheap_check,
+ * tcache_check): often enough that a broken invariant is caught within a
+ * few operations, not so often that stress tests crawl.  Racy increments
+ * are fine.  Always false, and compiled away, otherwise. */
+static inline bool sa_debug_due(unsigned *counter, unsigned every)
+{
+    return SA_DEBUG && __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED) % every == 0;
+}
+
 static inline bool sa_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 static inline size_t sa_align_up(size_t x, size_t align) /* align: power of 2 */
