@@ -15,14 +15,16 @@
  * the same groups and the values already unbiased.
  *
  * Never calls malloc: buffers come from os_map, numbers from sa_format.
- * The file is written as <path>.tmp.<pid> and renamed over <path> only when
- * complete, so a failure leaves nothing behind and never damages an older
- * dump at <path>.
+ * The file is written as <path>.tmp.<pid> (or, when that name would be too
+ * long for the directory, <dir>/.salloc-dump.<pid>.tmp) and renamed over
+ * <path> only when complete, so a failure leaves nothing behind and never
+ * damages an older dump at <path>.
  */
 #define _GNU_SOURCE
 #include "dump.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -376,13 +378,27 @@ static struct dump_entry *collect(enum dump_kind kind, size_t *count, size_t *by
     return e;
 }
 
+/* The temporary file for a dump to `path`, in the same directory (so the
+ * rename is atomic): <path>.tmp.<pid>, or a short name when the file
+ * name would grow past NAME_MAX.  False if `path` is empty or too long. */
+static bool temp_name(const char *path, char *tmp, size_t size)
+{
+    size_t plen = strlen(path);
+    if (plen == 0 || plen + 32 >= size)
+        return false;
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t n = sa_format(tmp, size, "%s.tmp.%d", path, (int)getpid());
+    if (n - dir_len > NAME_MAX) /* path's directory part is already in tmp */
+        sa_format(tmp + dir_len, size - dir_len, ".salloc-dump.%d.tmp", (int)getpid());
+    return true;
+}
+
 int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
 {
     char tmp[4200];
-    size_t plen = strlen(path);
-    if (plen == 0 || plen + 32 >= sizeof(tmp))
+    if (!temp_name(path, tmp, sizeof(tmp)))
         return -1;
-    sa_format(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 
     size_t n, bytes;
     struct dump_entry *e = collect(kind, &n, &bytes);

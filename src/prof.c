@@ -722,13 +722,36 @@ static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_ki
     return dump_write(path, (uint64_t)1 << sampler_lg(), what) ? EFAULT : 0;
 }
 
+/* A dump makes system calls that are cancellation points (open, read,
+ * write, close): a thread cancelled there would never release dump_lock,
+ * and would leave its buffer and temporary file behind.  So a dump runs
+ * with cancellation off; a request made meanwhile acts when prof.dump
+ * returns (manual_dump), or, for a dump made inside malloc (which is no
+ * cancellation point), at the thread's next cancellation point.  Returns
+ * the state to restore. */
+static int dump_begin(void)
+{
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    sa_lock(&dump_lock);
+    return old;
+}
+
+static void dump_end(int cancel_state)
+{
+    sa_unlock(&dump_lock);
+    pthread_setcancelstate(cancel_state, NULL);
+}
+
 static int manual_dump(const char *path, enum dump_kind what)
 {
     if (!opt_prof)
         return ENOENT;
-    sa_lock(&dump_lock);
+    int state = dump_begin();
     int rc = dump_locked(path, 'm', &mseq, what);
-    sa_unlock(&dump_lock);
+    dump_end(state);
+    if (state == PTHREAD_CANCEL_ENABLE)
+        pthread_testcancel(); /* nothing held now */
     return rc;
 }
 
@@ -739,18 +762,18 @@ bool prof_residency(void) { return dump_residency_available(); }
 
 static void auto_dump(char kind, uint64_t *kseq)
 {
-    sa_lock(&dump_lock);
+    int state = dump_begin();
     dump_locked(NULL, kind, kseq, DUMP_LIVE);
-    sa_unlock(&dump_lock);
+    dump_end(state);
 }
 
 static void final_dump(void)
 {
-    sa_lock(&dump_lock);
+    int state = dump_begin();
     dump_locked(NULL, 'f', NULL, DUMP_LIVE);
     if (opt_prof_final_peak)
         dump_locked(NULL, 'p', NULL, DUMP_PEAK);
-    sa_unlock(&dump_lock);
+    dump_end(state);
 }
 
 int prof_prefix_set(const char *p)

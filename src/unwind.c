@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "unwind.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <stddef.h>
 #include <string.h>
@@ -128,31 +129,131 @@ static uintptr_t read_encoded(struct cursor *c, uint8_t enc, uintptr_t datarel)
     return (uintptr_t)v;
 }
 
-/* The object holding a code address: its load bias and program headers. */
+/* The object holding a code address: its load bias and program headers,
+ * and (found through _dl_find_object) the range it is mapped at and a tag
+ * that names this loading of it. */
 struct object {
     uintptr_t pc;
     uintptr_t base;
     const ElfW(Phdr) *phdr;
     size_t phnum;
     bool found;
+    uintptr_t map_start, map_end;
+    uint64_t tag;
 };
+
+/* Whether `o`'s program headers put o->pc in one of its loaded segments. */
+static bool holds_pc(const struct object *o)
+{
+    for (size_t i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
+        uintptr_t start = o->base + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && o->pc >= start && o->pc - start < ph->p_memsz)
+            return true;
+    }
+    return false;
+}
 
 static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct object *o = arg;
-    for (size_t i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && o->pc >= start && o->pc - start < ph->p_memsz) {
-            o->base = info->dlpi_addr;
-            o->phdr = info->dlpi_phdr;
-            o->phnum = info->dlpi_phnum;
-            o->found = true;
-            return 1;
+    o->base = info->dlpi_addr;
+    o->phdr = info->dlpi_phdr;
+    o->phnum = info->dlpi_phnum;
+    return o->found = holds_pc(o);
+}
+
+/* The loader's lock-free lookup (glibc 2.35 and later), found at run time:
+ * a weak reference, so salloc still loads on an older glibc. */
+#ifdef DLFO_STRUCT_HAS_EH_DBASE
+#pragma weak _dl_find_object
+#define HAVE_DL_FIND_OBJECT 1
+#else
+#define HAVE_DL_FIND_OBJECT 0
+#endif
+
+SA_UNWIND_MUTABLE bool unwind_use_find_object = HAVE_DL_FIND_OBJECT;
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9E3779B97F4A7C15ull + 0x7f4a7c15; }
+
+/* What the code of `o` is, whatever address it was loaded at: its build
+ * ID (a hash of its contents, which the GNU toolchain writes into a note
+ * by default), else its file name.  Needed because the loader allocates
+ * link maps with malloc: a library loaded where an unloaded one was, of
+ * the same size, may well get the same link map address too. */
+static uint64_t code_identity(const struct object *o, const char *name)
+{
+    for (size_t i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const unsigned char *p = (const unsigned char *)(o->base + ph->p_vaddr);
+        const unsigned char *end = p + ph->p_memsz;
+        while ((size_t)(end - p) >= sizeof(ElfW(Nhdr))) {
+            const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
+            size_t name_len = (n->n_namesz + 3) & ~(size_t)3;
+            size_t desc_len = (n->n_descsz + 3) & ~(size_t)3;
+            const unsigned char *desc = p + sizeof(*n) + name_len;
+            if (name_len > (size_t)(end - p) || desc_len > (size_t)(end - desc))
+                break;
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && !memcmp(p + sizeof(*n), "GNU", 4)) {
+                uint64_t h = 3;
+                for (size_t k = 0; k < n->n_descsz; k++)
+                    h = mix(h, desc[k]);
+                return h;
+            }
+            p = desc + desc_len;
         }
     }
-    return 0;
+    uint64_t h = 5;
+    for (size_t k = 0; name && name[k] && k < 4096; k++)
+        h = mix(h, (unsigned char)name[k]);
+    return h;
+}
+
+/* The object at o->pc through _dl_find_object: lock-free, so a capture
+ * never waits for the loader's lock (which a fork() may leave held for
+ * good in the child: glibc resets dl_iterate_phdr's lock there only for
+ * the thread that was holding it, none of the others).  The program
+ * headers are read from the ELF header the object's first page maps, as
+ * glibc itself finds them. */
+static bool find_object_lockfree(struct object *o)
+{
+#if HAVE_DL_FIND_OBJECT
+    struct dl_find_object f;
+    if (!_dl_find_object || _dl_find_object((void *)o->pc, &f) != 0 || !f.dlfo_link_map)
+        return false;
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)f.dlfo_map_start;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
+        eh->e_phoff < sizeof(*eh) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(ElfW(Phdr)) > 4096)
+        return false; /* headers not in the first page: leave it unwalked */
+    o->base = f.dlfo_link_map->l_addr;
+    o->phdr = (const ElfW(Phdr) *)((uintptr_t)f.dlfo_map_start + eh->e_phoff);
+    o->phnum = eh->e_phnum;
+    o->map_start = (uintptr_t)f.dlfo_map_start;
+    o->map_end = (uintptr_t)f.dlfo_map_end;
+    /* This loading of this code: another object loaded at the same
+     * address later has other contents (and if not, the same rules). */
+    uint64_t tag = mix(mix(mix(1, (uintptr_t)f.dlfo_link_map), o->map_start), o->map_end);
+    o->tag = mix(mix(tag, (uintptr_t)f.dlfo_eh_frame), code_identity(o, f.dlfo_link_map->l_name)) | 1;
+    if (o->tag == UINT64_MAX) /* frame_tag's "do not cache" */
+        o->tag = 1;
+    return holds_pc(o);
+#else
+    (void)o;
+    return false;
+#endif
+}
+
+/* Fills `o` for code address o->pc; false if no loaded object holds it. */
+static bool object_at(struct object *o)
+{
+    if (unwind_use_find_object)
+        o->found = find_object_lockfree(o);
+    else
+        dl_iterate_phdr(find_object, o);
+    return o->found;
 }
 
 /* A cursor over [p, p + len) if that lies inside one loaded segment of the
@@ -446,8 +547,7 @@ static uint32_t compute_rule(uintptr_t pc)
 {
     count(&stats.misses);
     struct object o = {.pc = pc};
-    dl_iterate_phdr(find_object, &o);
-    uintptr_t fde_at = o.found ? find_fde(&o, pc) : 0;
+    uintptr_t fde_at = object_at(&o) ? find_fde(&o, pc) : 0;
     if (!fde_at)
         return RULE_END; /* no unwind information: the stack ends here, as for libgcc */
     struct cursor c = record_at(&o, fde_at);
@@ -494,86 +594,126 @@ bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t
 /* ---- 3. the cache and the walk ---- */
 
 /* An entry is valid while its seq is even and unchanged around the reads
- * of key and rule (a per-entry seqlock: writers make it odd while they
- * write; a writer that finds it odd skips the update).  The key is the
- * code address with the loader's unload count above bit 47, so a dlclose()
- * makes every older entry miss at once. */
+ * of pc, tag and rule (a per-entry seqlock: writers make it odd while they
+ * write; a writer that finds it odd skips the update).  The tag names the
+ * code the rule describes (frame_tag): a rule whose code was unloaded, and
+ * perhaps replaced by other code at the same address, no longer matches. */
 #define CACHE_BITS 12
-#define KEY_PC_BITS 47
 
 struct entry {
     uint32_t seq;
     uint32_t rule;
-    uint64_t key;
+    uint64_t pc;
+    uint64_t tag;
 };
 
 static struct entry cache[1u << CACHE_BITS] SA_ALIGNED(SA_CACHELINE);
 
-static struct entry *entry_of(uint64_t key)
+static struct entry *entry_of(uint64_t pc)
 {
-    return &cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - CACHE_BITS)];
+    return &cache[(pc * 0x9E3779B97F4A7C15ull) >> (64 - CACHE_BITS)];
 }
 
-static uint32_t cache_get(uint64_t key)
+static uint32_t cache_get(uint64_t pc, uint64_t tag)
 {
-    struct entry *e = entry_of(key);
+    struct entry *e = entry_of(pc);
     /* Acquire on every load keeps the second read of seq after the data
      * (no fences: ThreadSanitizer cannot check them; on x86 these are all
      * plain loads anyway). */
     uint32_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
-    uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+    uint64_t p = __atomic_load_n(&e->pc, __ATOMIC_ACQUIRE);
+    uint64_t g = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
     uint32_t rule = __atomic_load_n(&e->rule, __ATOMIC_ACQUIRE);
     uint32_t s2 = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
-    return !(s1 & 1) && s1 == s2 && k == key ? rule : RULE_EMPTY;
+    if ((s1 & 1) || s1 != s2 || p != pc)
+        return RULE_EMPTY;
+    if (g != tag) {
+        count(&stats.stale);
+        return RULE_EMPTY;
+    }
+    return rule;
 }
 
-static void cache_put(uint64_t key, uint32_t rule)
+static void cache_put(uint64_t pc, uint64_t tag, uint32_t rule)
 {
-    struct entry *e = entry_of(key);
+    struct entry *e = entry_of(pc);
     uint32_t s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
     if ((s & 1) ||
         !__atomic_compare_exchange_n(&e->seq, &s, s + 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
-    /* Release stores: seq's odd value is visible before either half. */
-    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+    /* Release stores: seq's odd value is visible before the rest. */
+    __atomic_store_n(&e->pc, pc, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->tag, tag, __ATOMIC_RELEASE);
     __atomic_store_n(&e->rule, rule, __ATOMIC_RELEASE);
     __atomic_store_n(&e->seq, s + 2, __ATOMIC_RELEASE);
 }
 
-static uint32_t rule_for(uintptr_t pc, uint64_t gen)
-{
-    if (pc >> KEY_PC_BITS)
-        return compute_rule(pc); /* beyond the keys' range: never cached */
-    uint64_t key = pc | gen << KEY_PC_BITS;
-    uint32_t rule = cache_get(key);
-    if (rule == RULE_EMPTY) {
-        rule = compute_rule(pc);
-        cache_put(key, rule);
-    }
-    return rule;
-}
+/* What one walk knows about the code it meets.  With _dl_find_object: the
+ * objects it found (a stack spans a handful, and their code cannot be
+ * unloaded while its frames are on this stack), so each frame's tag is its
+ * object's, looked up once per object.  Otherwise one tag for the whole
+ * walk: the loader's unload count (dl_iterate_phdr's dlpi_subs), so that a
+ * dlclose() makes every older rule stale; UINT64_MAX (cache nothing) if
+ * libc does not report it. */
+#define WALK_OBJECTS 6
+
+struct walk_object {
+    uintptr_t start, end;
+    uint64_t tag;
+};
+
+struct walk_state {
+    uint64_t unloads;
+    unsigned nobjects;
+    struct walk_object objects[WALK_OBJECTS];
+};
 
 static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg)
 {
     if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
         return -1;
-    *(uint64_t *)arg = info->dlpi_subs;
+    *(uint64_t *)arg = info->dlpi_subs + 2; /* never 0: 0 means "no object" */
     return 1;
 }
 
-/* The cache generation: the loader's unload count, or UINT64_MAX if this
- * libc does not report it (then nothing may be cached). */
-static uint64_t generation(void)
+static void walk_start(struct walk_state *w)
 {
-    static uint64_t last_seen;
-    uint64_t subs = UINT64_MAX;
-    if (dl_iterate_phdr(read_unloads, &subs) != 1)
-        return UINT64_MAX;
-    uint64_t last = __atomic_load_n(&last_seen, __ATOMIC_RELAXED);
-    if (subs != last && __atomic_compare_exchange_n(&last_seen, &last, subs, false,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        count(&stats.flushes);
-    return subs & ((1u << (64 - KEY_PC_BITS)) - 1);
+    w->nobjects = 0;
+    w->unloads = UINT64_MAX;
+    if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &w->unloads) != 1)
+        w->unloads = UINT64_MAX;
+}
+
+/* The tag of the code at `pc`: 0 if no object holds it (its rule is not
+ * cached), UINT64_MAX if rules cannot be cached at all. */
+static uint64_t frame_tag(struct walk_state *w, uintptr_t pc)
+{
+    if (!unwind_use_find_object)
+        return w->unloads;
+    for (unsigned i = 0; i < w->nobjects; i++)
+        if (pc >= w->objects[i].start && pc < w->objects[i].end)
+            return w->objects[i].tag;
+    struct object o = {.pc = pc};
+    if (!find_object_lockfree(&o))
+        return 0;
+    if (w->nobjects < WALK_OBJECTS)
+        w->objects[w->nobjects++] = (struct walk_object){o.map_start, o.map_end, o.tag};
+    return o.tag;
+}
+
+static uint32_t rule_for(struct walk_state *w, uintptr_t pc)
+{
+    uint64_t tag = frame_tag(w, pc);
+    if (tag == UINT64_MAX)
+        return compute_rule(pc);
+    if (tag == 0)
+        return RULE_END; /* no object holds it: no unwind information */
+    uint32_t rule = cache_get(pc, tag);
+    if (rule == RULE_EMPTY) {
+        rule = compute_rule(pc);
+        cache_put(pc, tag, rule);
+    }
+    return rule;
 }
 
 /* x86-64 Linux's signal return trampoline (glibc's __restore_rt, the
@@ -594,13 +734,14 @@ static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0,
 static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, void **frames, unsigned max,
                      bool *complete)
 {
-    uint64_t gen = generation();
+    struct walk_state w;
+    walk_start(&w);
     unsigned n = 0;
     bool exact = true;
     *complete = false;
     while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
-        uint32_t r = gen == UINT64_MAX ? compute_rule(at) : rule_for(at, gen);
+        uint32_t r = rule_for(&w, at);
         exact = false;
         if (RULE_KIND(r) == RULE_SIGNAL) {
             if (memcmp((const void *)pc, sigreturn_code, sizeof(sigreturn_code)))
@@ -663,5 +804,5 @@ void unwind_get_stats(struct unwind_stats *st)
     st->captures = __atomic_load_n(&stats.captures, __ATOMIC_RELAXED);
     st->incomplete = __atomic_load_n(&stats.incomplete, __ATOMIC_RELAXED);
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
-    st->flushes = __atomic_load_n(&stats.flushes, __ATOMIC_RELAXED);
+    st->stale = __atomic_load_n(&stats.stale, __ATOMIC_RELAXED);
 }
