@@ -12,6 +12,8 @@
 
 #include "../../include/salloc.h"
 #include "dump.h"
+#include "meta.h"
+#include "pagemap.h"
 #include "prof.h"
 #include "unit.h"
 
@@ -316,6 +318,17 @@ static void test_api_invalid_free_aborts_with_message(void **state)
             fail_msg("double free of a sampled %zu-byte block: signal %d, stderr \"%s\"", size,
                      sig, err);
     }
+    /* Into salloc's own metadata: the span record of a live block, and a
+     * fresh metadata allocation; neither is a block. */
+    void *block = malloc(64);
+    void *span = pagemap_span(block);
+    assert_non_null(span);
+    expect_invalid(do_free, span, span, "free");
+    void *meta = meta_alloc(64, 16);
+    assert_non_null(meta);
+    expect_invalid(do_free, meta, meta, "free");
+    expect_invalid(do_free, (char *)meta + 8, (char *)meta + 8, "free");
+    free(block);
     expect_invalid(realloc_foreign, on_stack, on_stack, "realloc");
     expect_invalid(usable_size_foreign, foreign, foreign, "malloc_usable_size");
     munmap(foreign, 1 << 16);
