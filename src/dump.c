@@ -368,6 +368,12 @@ static struct dump_entry *collect(enum dump_kind kind, size_t *count, size_t *by
     struct dump_entry *e = os_map(*bytes, os_page_size());
     if (!e)
         return NULL;
+    /* Fault the buffer in now, not page by page during the copy: other
+     * threads wait for the shard lock the copy holds, and a page fault
+     * there can wait in turn for the kernel's mmap lock (a concurrent
+     * munmap).  With 23,000 samples this made the copy 40-65 ms. */
+    for (size_t off = 0; off < *bytes; off += os_page_size())
+        ((volatile char *)e)[off] = 0;
     size_t n = kind == DUMP_PEAK ? prof_peak_snapshot(e, cap) : prof_snapshot(e, cap);
     if (kind == DUMP_LIVE) {
         struct accum_fill fill = {e, n, cap};
