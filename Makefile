@@ -5,7 +5,9 @@
 #   make test            every test (unit, stress, integration), the fast path's
 #                        instruction counts against bench/fastpath.golden, and
 #                        a short fuzz run (fuzz-smoke) when clang has libFuzzer
-#   make test-tsan       the stress tests built with -fsanitize=thread
+#   make test-tsan       the unit tests and the stress test built with -fsanitize=thread
+#   make test-ubsan      the unit tests, and the stress tests preloading a
+#                        libsalloc.so, built with -fsanitize=undefined
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (test/fuzz/)
 #   make bench           bench/bin/bench_core (google benchmark)
 #   make bench-compare   salloc vs glibc, jemalloc, tcmalloc, mimalloc
@@ -81,7 +83,7 @@ lib/libsalloc.a: $(LIB_OBJS) | lib
 build/libsalloc_test.a: $(TEST_OBJS)
 	rm -f $@ && ar rcs $@ $(TEST_OBJS)
 
-build/lib build/test build/tsan build/bin build/bench lib test/bin bench/bin:
+build/lib build/test build/tsan build/tsan-test build/ubsan/test build/ubsan/lib build/bin build/bench lib test/bin test/bin/tsan test/bin/ubsan bench/bin:
 	mkdir -p $@
 
 # ---- size classes ----
@@ -203,9 +205,109 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	@if $(FUZZ_PROBE); then $(MAKE) --no-print-directory fuzz-smoke; \
 	else echo "SKIP: fuzzing: clang/libFuzzer not installed"; fi
 
-test-tsan: test/bin/test_tsan_stress
-	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0" \
-	    test/bin/test_tsan_stress
+# The unit tests too, against a tsan test archive (SA_TESTING, invariant
+# checks on, the API renamed; build/tsan-test), each compiled with the same
+# renames, so that its own malloc and free calls (not cmocka's or libc's)
+# are salloc's; test/unit/tsan_init.c sets salloc up before main, as the
+# process's first allocations would.  Left out, because under tsan they
+# cannot pass:
+#   test_dump:   frees getline()'s buffer, which libc got from tsan's malloc,
+#                with free (salloc's here); its one thread changes
+#                mappings, not the heap.
+#   test_trim:   measures the process's resident set, which tsan's shadow
+#                memory and its own heap swamp.
+#   test_unwind: compares the walker with backtrace(), which tsan intercepts:
+#                its stacks start with the interceptor's frame.
+# The stress test test_storms stays out too: it waits for the process to be
+# down to one thread (tsan keeps one of its own), bounds the resident set,
+# and forks next to 8 busy threads, which tsan does not support.
+TSAN_UNIT_SKIP  := test_dump test_trim test_unwind
+TSAN_UNIT_TESTS := $(patsubst test/bin/%,test/bin/tsan/%,$(filter-out $(TSAN_UNIT_SKIP:%=test/bin/%),$(UNIT_TESTS)))
+TSAN_TEST_OBJS  := $(SRCS:src/%.c=build/tsan-test/%.o)
+
+build/tsan-test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/tsan-test
+	$(CC) $(LIBFLAGS) -fsanitize=thread -DSA_TESTING -DSA_DEBUG_BUILD=1 $(TSAN_RENAME) -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
+
+build/tsan-test/libsalloc_test.a: $(TSAN_TEST_OBJS)
+	rm -f $@ && ar rcs $@ $(TSAN_TEST_OBJS)
+
+$(TSAN_UNIT_TESTS): test/bin/tsan/%: test/unit/%.c test/unit/unit.h test/unit/sites.h test/unit/tsan_init.c \
+                    build/tsan-test/libsalloc_test.a | test/bin/tsan
+	$(CC) $(TESTFLAGS) $(NO_BUILTIN_MALLOC) -fsanitize=thread -DSA_TESTING $(TSAN_RENAME) -o $@ $< \
+	    test/unit/tsan_init.c build/tsan-test/libsalloc_test.a -lcmocka -lm
+
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=0"
+
+test-tsan: test/bin/test_tsan_stress $(TSAN_UNIT_TESTS) build/bin/gen_size_classes
+	@fail=0; \
+	for t in $(TSAN_UNIT_TESTS); do \
+	    echo "== $$t"; $(TEST_ENV) $(TSAN_ENV) $$t || fail=1; \
+	done; \
+	echo "== test/bin/test_tsan_stress (SALLOC_CONF=lg_prof_sample:10)"; \
+	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 $(TSAN_ENV) test/bin/test_tsan_stress || fail=1; \
+	exit $$fail
+
+# ---- UndefinedBehaviorSanitizer ----
+# salloc's sources built with gcc's -fsanitize=undefined, every check fatal,
+# and invariant checks on: a test archive like build/libsalloc_test.a
+# (build/ubsan/test) that every unit test links, and a libsalloc.so
+# (build/ubsan/lib) the stress tests preload.  UBSan does not replace
+# malloc, so nothing is renamed: salloc is the malloc of both.  The .so
+# needs libubsan.so (gcc links it dynamically into shared objects): the
+# loader brings it, and its libstdc++, in after salloc, and their
+# allocations (libstdc++'s exception pool, before main, among them) are
+# salloc's, as any preloaded program's are.
+# float-cast-overflow: undefined behaviour too, but not in gcc's
+# -fsanitize=undefined.  Every unit and stress test runs: none needs
+# leaving out.
+UBSAN            := -fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all
+UBSAN_TEST_OBJS  := $(SRCS:src/%.c=build/ubsan/test/%.o)
+UBSAN_LIB_OBJS   := $(SRCS:src/%.c=build/ubsan/lib/%.o)
+UBSAN_SHLIB      := build/ubsan/lib/libsalloc.so
+UBSAN_UNIT_TESTS := $(patsubst test/bin/%,test/bin/ubsan/%,$(UNIT_TESTS))
+UBSAN_STRESS     := $(patsubst test/bin/%,test/bin/ubsan/%,$(STRESS_TESTS))
+UBSAN_ENV        := UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+build/ubsan/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/ubsan/test
+	$(CC) $(LIBFLAGS) $(UBSAN) -DSA_TESTING -DSA_DEBUG_BUILD=1 -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
+
+build/ubsan/libsalloc_test.a: $(UBSAN_TEST_OBJS)
+	rm -f $@ && ar rcs $@ $(UBSAN_TEST_OBJS)
+
+build/ubsan/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/ubsan/lib
+	$(CC) $(LIBFLAGS) $(UBSAN) -DSA_DEBUG_BUILD=1 -c $< -o $@.tmp
+	$(TO_SALLOC_TEXT)
+
+$(UBSAN_SHLIB): $(UBSAN_LIB_OBJS)
+	$(CC) -shared $(UBSAN) -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden \
+	    -pthread $(LDFLAGS) -o $@ $(UBSAN_LIB_OBJS)
+
+$(UBSAN_UNIT_TESTS): test/bin/ubsan/%: test/unit/%.c test/unit/unit.h test/unit/sites.h build/ubsan/libsalloc_test.a | test/bin/ubsan
+	$(CC) $(TESTFLAGS) $(NO_BUILTIN_MALLOC) $(UBSAN) -DSA_TESTING -o $@ $< build/ubsan/libsalloc_test.a -lcmocka -lm
+
+# The stress tests themselves are the ordinary build (public API only).
+$(UBSAN_STRESS): test/bin/ubsan/%: test/stress/%.c | test/bin/ubsan
+	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
+
+# test_unwind's two libraries, beside it (TEST_BIN_DIR=test/bin/ubsan).
+test/bin/ubsan/test_unwind: test/bin/ubsan/libunwind_a.so test/bin/ubsan/libunwind_b.so
+test/bin/ubsan/libunwind_a.so test/bin/ubsan/libunwind_b.so: test/bin/ubsan/libunwind_%.so: test/unit/unwind_lib.c | test/bin/ubsan
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared \
+	    -DFRAME_BYTES=$(if $(filter a,$*),4096,65536) -o $@ $<
+
+test-ubsan: $(UBSAN_UNIT_TESTS) $(UBSAN_STRESS) $(UBSAN_SHLIB) build/bin/gen_size_classes
+	@fail=0; \
+	for t in $(UBSAN_UNIT_TESTS); do \
+	    echo "== $$t"; $(TEST_ENV) TEST_BIN_DIR=$(CURDIR)/test/bin/ubsan $(UBSAN_ENV) $$t || fail=1; \
+	done; \
+	for t in $(UBSAN_STRESS); do \
+	    echo "== $$t (LD_PRELOAD=$(UBSAN_SHLIB), SALLOC_CONF=lg_prof_sample:10)"; \
+	    $(TEST_ENV) STRESS_SECONDS=2 SALLOC_CONF=lg_prof_sample:10 $(UBSAN_ENV) \
+	        LD_PRELOAD=$(CURDIR)/$(UBSAN_SHLIB) $$t || fail=1; \
+	done; \
+	exit $$fail
 
 # ---- the salloc command and its demo (tools/) ----
 # An ordinary program (stdio, malloc, addr2line), never preloaded; it finds
@@ -264,7 +366,7 @@ bench-smoke: all bench/bin/bench_core bench/bin/cxx_workload
 bench-callgrind: all bench/bin/callgrind_pair
 	bash bench/callgrind.sh
 
-.PHONY: all test test-tsan size-classes install clean bench bench-compare bench-smoke bench-callgrind tools run
+.PHONY: all test test-tsan test-ubsan size-classes install clean bench bench-compare bench-smoke bench-callgrind tools run
 
 # ---- install ----
 install: all

@@ -133,7 +133,7 @@ static void register_ends(struct span *s)
 static struct span *free_neighbour(const struct span *s, bool before)
 {
     struct span *n = pagemap_span((void *)(before ? s->start - 1 : span_end(s)));
-    if (!n || n == s || n->state != SPAN_FREE || n->dirty != s->dirty)
+    if (!n || n == s || span_state(n) != SPAN_FREE || n->dirty != s->dirty)
         return NULL;
     if (before ? span_end(n) != s->start : n->start != span_end(s))
         return NULL;
@@ -383,7 +383,7 @@ void pageheap_free(struct span *s)
 
 static bool is_large_start(const struct span *s, const void *p)
 {
-    return s && s->state == SPAN_LARGE && s->start == (uintptr_t)p;
+    return s && span_state(s) == SPAN_LARGE && s->start == (uintptr_t)p;
 }
 
 size_t pageheap_free_large(void *p)
@@ -427,7 +427,7 @@ bool pageheap_grow_in_place(struct span *s, size_t npages)
     sa_lock(&ph_lock);
     struct span *n = pagemap_span((void *)span_end(s));
     size_t take = npages - s->npages;
-    bool ok = n && n != s && n->state == SPAN_FREE && n->start == span_end(s) &&
+    bool ok = n && n != s && span_state(n) == SPAN_FREE && n->start == span_end(s) &&
               n->npages >= take;
     if (ok) {
         list_remove(n);

@@ -16,8 +16,9 @@
  *               until it leaves the quarantine (guard.h).
  *
  * Who writes what: the page heap (under its lock) writes start, npages,
- * state and the free-span fields; the class's central list (under its lock)
- * writes the object fields of a small span.  Records are reused through the
+ * state and the free-span fields, except a sampled mapping's state, which
+ * its owner writes atomically (span_state); the class's central list
+ * (under its lock) writes the object fields of a small span.  Records are reused through the
  * page heap's own free list, never returned to the kernel, so a stale
  * pagemap entry always points at a valid record (pagemap.h explains why that
  * is enough).
@@ -65,6 +66,17 @@ struct span {
     uint64_t freed_at;   /* free, dirty: os_now_ns() when it last became dirty */
     struct span *lru_next, *lru_prev; /* free, dirty: oldest first (decay) */
 };
+
+/* The state of a record reached through the pagemap, which may be another
+ * thread's: a sampled mapping's owner writes its state without the page
+ * heap's lock (pageheap_sampled_attach/detach), so a reader that can meet
+ * one, a neighbour looked up under the lock included, loads it atomically.
+ * Relaxed is enough: such a state is never SPAN_FREE or SPAN_LARGE, the
+ * only ones those readers act on, and those are written under the lock. */
+static inline unsigned span_state(const struct span *s)
+{
+    return __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+}
 
 static inline uintptr_t span_end(const struct span *s)
 {
