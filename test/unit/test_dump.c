@@ -10,7 +10,10 @@
  *     mean estimate (jeprof's own rescaling of the written counts) lies
  *     within 4 standard errors of the truth, and its spread matches the
  *     theoretical standard deviation sqrt(sum Z^2 e^(-Z/R) / (1 - e^(-Z/R)));
- *   - a rate change between samples and dump keeps the estimate unbiased.
+ *   - a rate change between samples and dump keeps the estimate unbiased;
+ *   - MAPPED_LIBRARIES stays sorted and free of overlaps while another
+ *     thread splits and merges mappings (the kernel's maps file is read a
+ *     page at a time and can go back between reads).
  *
  * The sites live in their own sections, so a record belongs to a site when
  * its first frame (the return address into the caller of malloc) lies in
@@ -22,6 +25,9 @@
 #include <errno.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +301,75 @@ static void test_dump_accumulated_counts(void **state)
     assert_true(fabs(mean - truth) <= 5 * se);
 }
 
+/* Splits a 256-page region into 256 mappings (every other page read-only)
+ * and merges it back, over and over: /proc/self/maps changes under a reader. */
+enum { CHURN_PAGES = 256 };
+static atomic_bool churn_stop;
+
+static void *churn_mappings(void *arg)
+{
+    char *region = arg;
+    long page = sysconf(_SC_PAGESIZE);
+    while (!atomic_load(&churn_stop)) {
+        for (int i = 0; i < CHURN_PAGES; i += 2)
+            mprotect(region + i * page, (size_t)page, PROT_READ);
+        mprotect(region, (size_t)CHURN_PAGES * page, PROT_READ | PROT_WRITE);
+    }
+    return NULL;
+}
+
+/* Whether the MAPPED_LIBRARIES lines of the dump at `path` are sorted and
+ * do not overlap; *lines gets how many there were. */
+static bool maps_sorted(const char *path, int *lines)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4200];
+    bool in_maps = false, ok = true;
+    unsigned long last_end = 0;
+    *lines = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!in_maps) {
+            in_maps = !strcmp(line, "MAPPED_LIBRARIES:\n");
+            continue;
+        }
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+            continue;
+        ++*lines;
+        if (lo < last_end || hi <= lo)
+            ok = false;
+        last_end = hi;
+    }
+    fclose(f);
+    return ok;
+}
+
+static void test_dump_maps_sorted_while_mappings_change(void **state)
+{
+    (void)state;
+    prof_reset(LG);
+    long page = sysconf(_SC_PAGESIZE);
+    char *region = mmap(NULL, (size_t)CHURN_PAGES * page, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(region != MAP_FAILED);
+    atomic_store(&churn_stop, false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, churn_mappings, region), 0);
+    int bad = 0, most = 0;
+    for (int i = 0; i < 300; i++) {
+        assert_int_equal(prof_dump(dump_path), 0);
+        int lines;
+        bad += !maps_sorted(dump_path, &lines);
+        most = lines > most ? lines : most;
+    }
+    atomic_store(&churn_stop, true);
+    pthread_join(t, NULL);
+    munmap(region, (size_t)CHURN_PAGES * page);
+    assert_int_equal(bad, 0);
+    assert_true(most > CHURN_PAGES / 4); /* the dumps did see the split region */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
+        cmocka_unit_test(test_dump_maps_sorted_while_mappings_change),
     };
     return cmocka_run_group_tests_name("dump", tests, setup, teardown);
 }
