@@ -29,7 +29,7 @@
  * code they describe stays loaded: each carries a tag naming the loading of
  * the object it came from (its build ID, link map, mapped range and
  * .eh_frame_hdr, from glibc's lock-free _dl_find_object, once per object
- * per capture: a 17-frame capture through 3 objects takes 160 ns), so
+ * per capture: a 17-frame capture through 3 objects takes 130 ns), so
  * after a dlclose() a rule no longer matches other code loaded at the same
  * address.  On a glibc without _dl_find_object (before 2.35) the
  * tag is the loader's unload count (dl_iterate_phdr's dlpi_subs) read once
