@@ -291,16 +291,13 @@ $(UBSAN_UNIT_TESTS): test/bin/ubsan/%: test/unit/%.c test/unit/unit.h test/unit/
 $(UBSAN_STRESS): test/bin/ubsan/%: test/stress/%.c | test/bin/ubsan
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
 
-# test_unwind's two libraries, beside it (TEST_BIN_DIR=test/bin/ubsan).
-test/bin/ubsan/test_unwind: test/bin/ubsan/libunwind_a.so test/bin/ubsan/libunwind_b.so
-test/bin/ubsan/libunwind_a.so test/bin/ubsan/libunwind_b.so: test/bin/ubsan/libunwind_%.so: test/unit/unwind_lib.c | test/bin/ubsan
-	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared \
-	    -DFRAME_BYTES=$(if $(filter a,$*),4096,65536) -o $@ $<
+# test_unwind loads the same two libraries as the plain build (TEST_BIN_DIR).
+test/bin/ubsan/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so
 
 test-ubsan: $(UBSAN_UNIT_TESTS) $(UBSAN_STRESS) $(UBSAN_SHLIB) build/bin/gen_size_classes
 	@fail=0; \
 	for t in $(UBSAN_UNIT_TESTS); do \
-	    echo "== $$t"; $(TEST_ENV) TEST_BIN_DIR=$(CURDIR)/test/bin/ubsan $(UBSAN_ENV) $$t || fail=1; \
+	    echo "== $$t"; $(TEST_ENV) $(UBSAN_ENV) $$t || fail=1; \
 	done; \
 	for t in $(UBSAN_STRESS); do \
 	    echo "== $$t (LD_PRELOAD=$(UBSAN_SHLIB), SALLOC_CONF=lg_prof_sample:10)"; \

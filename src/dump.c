@@ -34,6 +34,7 @@
 #include "log.h"
 #include "os.h"
 #include "pprof.h"
+#include "procmaps.h"
 #include "residency.h"
 #include "stack.h"
 
@@ -227,72 +228,20 @@ static void write_records(struct outbuf *o, const struct dump_entry *e, size_t n
     }
 }
 
-/* The start and end of a /proc/self/maps line ("lo-hi perms ..."). */
-static bool maps_range(const char *line, size_t n, uintptr_t *lo, uintptr_t *hi)
+static void write_maps_line(const char *line, size_t len, uintptr_t start, uintptr_t end,
+                            void *arg)
 {
-    uintptr_t v[2] = {0, 0};
-    size_t i = 0;
-    for (int k = 0; k < 2; k++) {
-        size_t digits = 0;
-        for (; i < n; i++, digits++) {
-            char c = line[i];
-            unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-                         : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16;
-            if (d == 16)
-                break;
-            v[k] = v[k] << 4 | d;
-        }
-        if (!digits || digits > 16 || i == n || line[i] != (k ? ' ' : '-'))
-            return false;
-        i++;
-    }
-    *lo = v[0], *hi = v[1];
-    return true;
+    (void)start, (void)end;
+    outbuf_bytes(arg, line, len);
+    outbuf_bytes(arg, "\n", 1);
 }
 
-/* Copies /proc/self/maps.  The kernel hands it out a page per read() and
- * looks the next line up afresh each time, so when other threads map and
- * unmap meanwhile (merging regions), a later read can start with a region
- * below one already copied.  Only lines that start at or after the end of
- * the last one are kept: the list stays sorted and never overlaps, as
- * jeprof and pprof expect. */
+/* /proc/self/maps, sorted and without overlaps (procmaps.h). */
 static void write_maps(struct outbuf *o)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
     outbuf_bytes(o, "\nMAPPED_LIBRARIES:\n", 19);
-    char buf[8192];
-    size_t have = 0;
-    uintptr_t last_end = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + have, sizeof(buf) - have);
-        if (r <= 0)
-            break;
-        have += (size_t)r;
-        char *line = buf, *end = buf + have, *eol;
-        while ((eol = memchr(line, '\n', (size_t)(end - line)))) {
-            size_t n = (size_t)(eol - line) + 1;
-            uintptr_t lo, hi;
-            if (!maps_range(line, n, &lo, &hi)) {
-                outbuf_bytes(o, line, n);
-            } else if (lo >= last_end) {
-                outbuf_bytes(o, line, n);
-                last_end = hi;
-            }
-            line = eol + 1;
-        }
-        have = (size_t)(end - line);
-        if (have == sizeof(buf)) { /* one line longer than buf: copied as it is */
-            outbuf_bytes(o, buf, have);
-            have = 0;
-        } else {
-            memmove(buf, line, have);
-        }
-    }
-    if (have)
-        outbuf_bytes(o, buf, have);
-    close(fd);
+    char line[4096 + 128];
+    procmaps_foreach(line, sizeof(line), write_maps_line, o);
 }
 
 /* The body: header, totals, records, maps; into `o`. */

@@ -29,7 +29,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "elfnote.h"
 #include "os.h"
+#include "procmaps.h"
 #include "util.h"
 
 /* ---- CRC-32 (IEEE, reflected polynomial 0xEDB88320), byte-wise table ---- */
@@ -609,45 +611,22 @@ static const char *read_build_id(const char *file, char *buf, size_t *used, size
         size_t n = ph.p_filesz < sizeof(note) ? ph.p_filesz : sizeof(note);
         if (pread(fd, note, n, (off_t)ph.p_offset) != (ssize_t)n)
             continue;
-        /* Notes: namesz, descsz, type, then name and desc, each 4-aligned. */
-        for (size_t at = 0; at + sizeof(Elf64_Nhdr) <= n;) {
-            Elf64_Nhdr nh;
-            memcpy(&nh, note + at, sizeof(nh));
-            size_t name = at + sizeof(nh), desc = name + sa_align_up(nh.n_namesz, 4);
-            if (nh.n_namesz > n || nh.n_descsz > n || desc + nh.n_descsz > n)
-                break;
-            if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
-                !memcmp(note + name, "GNU", 4) && nh.n_descsz &&
-                *used + 2 * nh.n_descsz + 1 <= size) {
-                char *hex = buf + *used;
-                for (size_t k = 0; k < nh.n_descsz; k++) {
-                    hex[2 * k] = "0123456789abcdef"[note[desc + k] >> 4];
-                    hex[2 * k + 1] = "0123456789abcdef"[note[desc + k] & 15];
-                }
-                hex[2 * nh.n_descsz] = '\0';
-                *used += 2 * nh.n_descsz + 1;
-                id = hex;
-                break;
+        size_t len;
+        const unsigned char *bid = elf_build_id(note, n, &len);
+        if (bid && *used + 2 * len + 1 <= size) {
+            char *hex = buf + *used;
+            for (size_t k = 0; k < len; k++) {
+                hex[2 * k] = "0123456789abcdef"[bid[k] >> 4];
+                hex[2 * k + 1] = "0123456789abcdef"[bid[k] & 15];
             }
-            at = desc + sa_align_up(nh.n_descsz, 4);
+            hex[2 * len] = '\0';
+            *used += 2 * len + 1;
+            id = hex;
         }
     }
 out:
     close(fd);
     return id;
-}
-
-static uint64_t parse_hex(const char **s)
-{
-    uint64_t v = 0;
-    for (;; (*s)++) {
-        char c = **s;
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16;
-        if (d == 16)
-            return v;
-        v = v << 4 | d;
-    }
 }
 
 static const char *skip_field(const char *s) /* past a word and its spaces */
@@ -659,70 +638,51 @@ static const char *skip_field(const char *s) /* past a word and its spaces */
     return s;
 }
 
-/* One NUL-terminated line of /proc/self/maps:
+/* Where pprof_read_mappings collects the mappings. */
+struct mapping_list {
+    struct pprof_mapping *out;
+    size_t cap, n;
+    char *buf; /* file names and build IDs */
+    size_t used, size;
+};
+
+/* One line of /proc/self/maps:
  *   start-end perms offset dev inode   path
  * kept if executable and backed by a file (path starts with '/'). */
-static void add_mapping(const char *line, struct pprof_mapping *out, size_t cap, size_t *n,
-                        char *buf, size_t *used, size_t size)
+static void add_mapping(const char *line, size_t len, uintptr_t start, uintptr_t end, void *arg)
 {
-    const char *s = line;
-    struct pprof_mapping m = {0};
-    m.start = parse_hex(&s);
-    if (*s++ != '-')
-        return;
-    m.limit = parse_hex(&s);
-    const char *perms = s + 1;
-    s = skip_field(perms);
-    m.offset = parse_hex(&s);
+    (void)len;
+    struct mapping_list *l = arg;
+    struct pprof_mapping m = {.start = start, .limit = end};
+    const char *perms = strchr(line, ' ') + 1; /* procmaps_foreach saw the space */
+    const char *s = skip_field(perms);
+    m.offset = procmaps_hex(&s);
     s = skip_field(skip_field(skip_field(s))); /* offset's tail, dev, inode */
-    if (*n == cap || strlen(perms) < 4 || perms[2] != 'x' || *s != '/')
+    if (l->n == l->cap || strlen(perms) < 4 || perms[2] != 'x' || *s != '/')
         return;
-    size_t len = strlen(s);
-    if (*n > 0 && !strcmp(out[*n - 1].filename, s)) { /* another segment, same file */
-        m.filename = out[*n - 1].filename;
-        m.build_id = out[*n - 1].build_id;
+    size_t name_len = strlen(s);
+    if (l->n > 0 && !strcmp(l->out[l->n - 1].filename, s)) { /* another segment, same file */
+        m.filename = l->out[l->n - 1].filename;
+        m.build_id = l->out[l->n - 1].build_id;
     } else {
-        if (*used + len + 1 > size)
+        if (l->used + name_len + 1 > l->size)
             return;
-        memcpy(buf + *used, s, len + 1);
-        m.filename = buf + *used;
-        *used += len + 1;
-        m.build_id = read_build_id(m.filename, buf, used, size);
+        memcpy(l->buf + l->used, s, name_len + 1);
+        m.filename = l->buf + l->used;
+        l->used += name_len + 1;
+        m.build_id = read_build_id(m.filename, l->buf, &l->used, l->size);
     }
-    out[(*n)++] = m;
+    l->out[l->n++] = m;
 }
 
 size_t pprof_read_mappings(struct pprof_mapping *out, size_t cap, char *buf, size_t bufsize)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
     /* Lines longer than `line` (a path near PATH_MAX) are skipped whole. */
     char line[4096 + 128];
-    size_t have = 0, n = 0, used = 0;
-    bool skipping = false, eof = false;
-    while (!eof || have) {
-        char *nl = memchr(line, '\n', have);
-        if (!nl && !eof && have < sizeof(line) - 1) {
-            ssize_t k = read(fd, line + have, sizeof(line) - 1 - have);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                eof = true;
-            else
-                have += (size_t)k;
-            continue;
-        }
-        size_t len = nl ? (size_t)(nl - line) : have;
-        line[len] = '\0';
-        if (!skipping && (nl || eof))
-            add_mapping(line, out, cap, &n, buf, &used, bufsize);
-        skipping = !nl && !eof; /* a too-long line: drop up to its newline */
-        size_t drop = nl ? len + 1 : have;
-        memmove(line, line + drop, have - drop);
-        have -= drop;
-    }
-    close(fd);
+    struct mapping_list l = {out, cap, 0, buf, 0, bufsize};
+    if (!procmaps_foreach(line, sizeof(line), add_mapping, &l))
+        return 0;
+    size_t n = l.n;
 
     /* The main program first (stable: its segments keep their order).  The
      * line buffer holds its name: the stack may be a small thread's. */

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include "elfnote.h"
 #include "util.h"
 
 /* ---- rules ----
@@ -188,23 +189,15 @@ static uint64_t code_identity(const struct object *o, const char *name)
         const ElfW(Phdr) *ph = &o->phdr[i];
         if (ph->p_type != PT_NOTE)
             continue;
-        const unsigned char *p = (const unsigned char *)(o->base + ph->p_vaddr);
-        const unsigned char *end = p + ph->p_memsz;
-        while ((size_t)(end - p) >= sizeof(ElfW(Nhdr))) {
-            const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
-            size_t name_len = (n->n_namesz + 3) & ~(size_t)3;
-            size_t desc_len = (n->n_descsz + 3) & ~(size_t)3;
-            const unsigned char *desc = p + sizeof(*n) + name_len;
-            if (name_len > (size_t)(end - p) || desc_len > (size_t)(end - desc))
-                break;
-            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && !memcmp(p + sizeof(*n), "GNU", 4)) {
-                /* Its first 16 bytes (of 20 for SHA-1 IDs) name it well
-                 * enough, in two mixes: this runs per object per capture. */
-                uint64_t w[2] = {0, 0};
-                memcpy(w, desc, n->n_descsz < sizeof(w) ? n->n_descsz : sizeof(w));
-                return mix(mix(3, w[0]), w[1]);
-            }
-            p = desc + desc_len;
+        size_t len;
+        const unsigned char *id =
+            elf_build_id((const unsigned char *)(o->base + ph->p_vaddr), ph->p_memsz, &len);
+        if (id) {
+            /* Its first 16 bytes (of 20 for SHA-1 IDs) name it well
+             * enough, in two mixes: this runs per object per capture. */
+            uint64_t w[2] = {0, 0};
+            memcpy(w, id, len < sizeof(w) ? len : sizeof(w));
+            return mix(mix(3, w[0]), w[1]);
         }
     }
     uint64_t h = 5;
