@@ -82,6 +82,10 @@ size_t prof_sampled_usable(const struct span *span);
  * resized block is not sampled). */
 bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate);
 void prof_unsample_span(struct span *span);
+/* Sampled large span `span`, grown in place, is now `usable` bytes: its
+ * record, weight and the live estimate follow (realloc_slow in malloc.c
+ * says why that is unbiased). */
+void prof_resize_span_sample(struct span *span, size_t usable);
 /* Whether `p` is a live sampled allocation of either kind. */
 bool prof_is_sampled(const void *p);
 /* For a message about an invalid pointer `p` (malloc.c): if it lies in a

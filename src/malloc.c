@@ -340,14 +340,32 @@ static bool resize_large(struct span *s, size_t pages)
     return pageheap_grow_in_place(s, pages);
 }
 
-/* realloc, for the sampler and the byte counters, is free(p) then
- * malloc(n), as in jemalloc: the result is a new allocation of its usable
- * size, sampled with that size's probability, and p's usable size counts
- * as freed, whether the block moves or not.  A large block is resized in
- * place when the heap allows, and sampled or unsampled where it stands (a
- * sampled large block is an ordinary span with a record); a small block
- * that keeps its class stays unless it is due for sampling, which needs its
- * own pages; everything else moves. */
+/* Counts `bytes` in thread.allocated without charging the sampler: what a
+ * realloc that kept its block "allocated" beyond the bytes it charged
+ * (thread.allocated counts a realloc's result as allocated and the old block
+ * as freed, in place or not, as jemalloc does; thread.deallocated follows by
+ * itself, tcache.h). */
+static inline void count_unsampled(struct tcache *tc, size_t bytes)
+{
+    tc->prof.alloc_base += bytes;
+}
+
+/* realloc for the sampler.  Each byte allocated is due with probability 1/R
+ * (sampler.h), and a block kept where it is allocates only what it gains:
+ *   - a block that keeps its usable size (a small one kept in its class,
+ *     sampled or not; a large one with the same pages) charges nothing and
+ *     keeps its sampled-or-not state, which was decided with the
+ *     probability of that very size;
+ *   - a large block grown in place charges its growth G: unsampled, it is
+ *     sampled where it stands if due, so it is sampled with probability
+ *     1 - e^(-U1/R) e^(-G/R) = p(U2), as a fresh block its size; sampled
+ *     already, its record is resized to U2 (weight U2/p(U2));
+ *   - a large block shrunk in place is decided afresh at its new size;
+ *   - everything else moves: free(p) plus malloc(n), charged in full.
+ * So every live block is sampled with the probability of its usable size
+ * now, and a buffer grown by appends is not decided again at each append
+ * (charging the whole block each time made an append loop sample, and move
+ * to fresh pages, once every R / size appends). */
 SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
@@ -357,21 +375,31 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         errno = ENOMEM;
         return NULL;
     }
-    bool stays_small = cls && keeps_small(old, n);
-    if (stays_small) /* the new allocation is the same size as the old */
-        request_for(old, 1, &r);
-    struct span *large = cls ? NULL : pageheap_large_span(p);
     struct tcache *tc = init_thread_cache();
-    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
-    if ((stays_small && !rate) || (large && !r.cls && resize_large(large, r.pages))) {
-        if (large && large->sample)
-            prof_unsample_span(large);
-        if (large && rate)
-            prof_sample_span(tc, large, r.usable, rate);
-        if (tc) /* freed `old`, allocated `usable`: no list saw either */
-            tc->dealloc_adjust += old - r.usable;
+    /* Small (ordinary or sampled), or large with a small usable size (an
+     * aligned block): the usable size stays. */
+    if (old <= SA_MAX_SMALL && keeps_small(old, n)) {
+        if (tc)
+            count_unsampled(tc, old);
         return p;
     }
+    struct span *large = cls ? NULL : pageheap_large_span(p);
+    if (large && !r.cls && resize_large(large, r.pages)) {
+        size_t charge = r.usable >= old ? r.usable - old : r.usable;
+        uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
+        if (r.usable < old && large->sample)
+            prof_unsample_span(large); /* decided afresh below */
+        if (r.usable > old && large->sample)
+            prof_resize_span_sample(large, r.usable);
+        else if (rate)
+            prof_sample_span(tc, large, r.usable, rate);
+        if (tc) {
+            count_unsampled(tc, r.usable - charge);
+            tc->dealloc_adjust += old - r.usable; /* no list saw either block */
+        }
+        return p;
+    }
+    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
     void *q = alloc_decided(tc, &r, 1, rate, NULL);
     if (!q)
         return NULL; /* errno is ENOMEM; p is untouched */
@@ -417,17 +445,15 @@ SA_EXPORT void *realloc(void *p, size_t n)
         fast_free(p);
         return NULL;
     }
-    /* The common case: a small block that keeps its class, not due for
-     * sampling (see realloc_slow).  Freed and allocated again at the same
-     * usable size: the counter is charged, thread.deallocated follows by
-     * itself, and tcache_empty (counter 0) always takes the slow path. */
+    /* The common case: a small block that keeps its class, which charges
+     * the sampler nothing (see realloc_slow).  A thread with no cache yet
+     * (tcache_empty, never written) takes the slow path. */
     unsigned cls = pagemap_class(p);
     if (cls) {
         struct tcache *tc = tcache_get();
         size_t old = sizeclass_size(cls);
-        int64_t left = tc->bytes_until_sample - (int64_t)old;
-        if (likely(left >= 0 && keeps_small(old, n))) {
-            tc->bytes_until_sample = left;
+        if (likely(keeps_small(old, n) && tc != &tcache_empty)) {
+            count_unsampled(tc, old);
             return p;
         }
     }

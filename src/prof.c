@@ -406,10 +406,16 @@ static void sample_failed(struct tcache *tc)
 /* Publishes a sample described by `fields` (its weight, epoch and thread
  * name filled in here): its record, or NULL (counted failed) on ENOMEM.
  * Clears the guard either way. */
+/* Z / p(Z), rounded: a sample's share of live_estimate. */
+static int64_t sample_weight(size_t usable, uint64_t rate)
+{
+    double p = sa_one_minus_exp_neg((double)usable / (double)rate);
+    return (int64_t)(usable / p + 0.5);
+}
+
 static struct sample *publish(struct tcache *tc, struct sample fields)
 {
-    double p = sa_one_minus_exp_neg((double)fields.usable / (double)fields.rate);
-    fields.weight = (int64_t)(fields.usable / p + 0.5);
+    fields.weight = sample_weight(fields.usable, fields.rate);
     fields.epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
     memcpy(fields.thread, tc->prof.name, sizeof(fields.thread) - 1);
     fields.thread[sizeof(fields.thread) - 1] = '\0';
@@ -511,6 +517,20 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     __atomic_store_n(&span->sample, s, __ATOMIC_RELEASE);
     after_publish(tc, s);
     return true;
+}
+
+void prof_resize_span_sample(struct span *span, size_t usable)
+{
+    struct sample *s = span->sample;
+    struct sample_shard *shard = shard_of(s->ptr);
+    int64_t weight = sample_weight(usable, s->rate);
+    sa_lock(&shard->lock); /* dumps copy records under it */
+    int64_t grew = weight - s->weight;
+    s->usable = usable;
+    s->map_len = span->npages << SA_PAGE_SHIFT;
+    s->weight = weight;
+    sa_unlock(&shard->lock);
+    peak_check(__atomic_add_fetch(&live_estimate, grew, __ATOMIC_RELAXED));
 }
 
 /* Takes record `s` out of the live samples and the live estimate; its

@@ -5,8 +5,9 @@
  *   - the interval draw is exponential with mean R;
  *   - through the real malloc path, an allocation of usable size Z is
  *     sampled with probability 1 - e^(-Z/R), for several Z and R;
- *   - realloc's result is sampled like a new allocation of its size, also
- *     in place, and a large block is sampled or unsampled where it stands;
+ *   - a block realloc'd is sampled with the probability of its usable
+ *     size, moved, kept in place (not decided again) or grown in place (due
+ *     for its growth; a sample's record resized);
  *   - rate changes and prof.active reach the thread at once.
  *
  * Statistical checks use fixed seeds (or many draws) and a |z| < 5.5 bound
@@ -126,11 +127,38 @@ static void test_sampler_every_path_samples(void **state)
     prof_lg_sample_set(saved);
 }
 
-/* realloc is free(old) plus malloc(new) for the sampler (as in jemalloc):
- * its result is sampled with the probability of the result's usable size,
- * in place or not, and a large block changes between sampled and not where
- * it stands. */
-static void test_sampler_realloc_is_a_new_allocation(void **state)
+/* The recorded size of the live sample at `p` (0 if there is none). */
+static size_t recorded_usable(const void *p)
+{
+    static struct dump_entry entries[4096];
+    size_t n = prof_snapshot(entries, 4096);
+    for (size_t i = 0; i < n; i++)
+        if (entries[i].ptr == p)
+            return entries[i].usable;
+    return 0;
+}
+
+/* A buffer grown by appends of 16..64 bytes from 16 bytes to at least
+ * `limit`, as a program appending to a vector would. */
+static void *grown_by_appends(size_t limit, uint64_t *rng)
+{
+    size_t size = 16;
+    char *p = malloc(size);
+    while (size < limit) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        size += 16 + (size_t)(*rng >> 58); /* + 16..79 */
+        p = realloc(p, size);
+        p[size - 1] = 1;
+    }
+    return p;
+}
+
+/* realloc for the sampler (realloc_slow in malloc.c): whatever the path a
+ * block took, a live block is sampled with the probability of its usable
+ * size now.  A block that keeps its usable size charges nothing and keeps
+ * its state; a large one grown in place charges its growth; everything
+ * else is a new allocation. */
+static void test_sampler_realloc_keeps_the_probability_of_the_size(void **state)
 {
     (void)state;
     size_t saved = prof_lg_sample_get();
@@ -148,8 +176,7 @@ static void test_sampler_realloc_is_a_new_allocation(void **state)
     }
     assert_true(in_place > n * 9 / 10);
     assert_binomial(hits, n, -expm1(-(double)usable / (1 << 18)), "realloc in place, large");
-    /* Small, kept in its class: sampled with its class size's probability
-     * (and then moved to pages of its own). */
+    /* Small, kept in its class: sampled with its class size's probability. */
     prof_lg_sample_set(12);
     hits = 0;
     for (unsigned i = 0; i < 20000; i++) {
@@ -158,18 +185,83 @@ static void test_sampler_realloc_is_a_new_allocation(void **state)
         free(q);
     }
     assert_binomial(hits, 20000, -expm1(-1024.0 / 4096), "realloc in place, small");
+    /* Grown by appends, through many classes (moves) and many reallocs in
+     * each (in place): the final block's class size decides. */
+    prof_lg_sample_set(16);
+    uint64_t rng = 42;
+    hits = 0;
+    for (unsigned i = 0; i < 1500; i++) {
+        void *p = grown_by_appends(50000, &rng);
+        usable = malloc_usable_size(p);
+        hits += prof_is_sampled(p);
+        free(p);
+    }
+    assert_binomial(hits, 1500, -expm1(-(double)usable / (1 << 16)), "grown by appends");
+    prof_lg_sample_set(saved);
+}
 
-    /* Every result due (R = 1): a sampled large block grows in place,
-     * sampled again, contents kept; with the thread's sampling off it is
-     * unsampled where it stands. */
+/* In place means in place: a block that keeps its usable size is not
+ * decided again, so it neither moves to a sample's pages nor leaves them,
+ * even when every allocation is due (R = 1). */
+static void test_sampler_realloc_in_class_stays(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0);
+    size_t count0 = prof_sample_count();
+    char *sampled = malloc(1000);
+    assert_true(prof_is_sampled(sampled));
+    prof_thread_active_set(false);
+    char *plain = malloc(1000);
+    prof_thread_active_set(true);
+    assert_false(prof_is_sampled(plain));
+    for (size_t size = 600; size <= 1024; size++) {
+        assert_ptr_equal(realloc(sampled, size), sampled);
+        assert_ptr_equal(realloc(plain, size), plain);
+    }
+    assert_true(prof_is_sampled(sampled));
+    assert_false(prof_is_sampled(plain));
+    assert_int_equal(prof_sample_count(), count0 + 1);
+    assert_int_equal(recorded_usable(sampled), 1024);
+    free(sampled);
+    free(plain);
+
+    /* A large block that keeps its pages (growth within its last page)
+     * is the same; one that gains pages is due for its growth. */
+    prof_thread_active_set(false);
+    char *big = malloc(300000);
+    prof_thread_active_set(true);
+    size_t pages_end = malloc_usable_size(big);
+    assert_ptr_equal(realloc(big, pages_end - 100), big);
+    assert_ptr_equal(realloc(big, pages_end), big);
+    assert_false(prof_is_sampled(big));
+    char *grown = realloc(big, pages_end + 1);
+    assert_true(prof_is_sampled(grown));
+    free(grown);
+    assert_int_equal(prof_sample_count(), count0);
+    prof_lg_sample_set(saved);
+}
+
+/* Every result due (R = 1): a sampled large block grows in place and its
+ * record grows with it, contents kept; with the thread's sampling off a
+ * shrink (decided afresh) unsamples it where it stands; grown again, it is
+ * due for the growth. */
+static void test_sampler_large_sample_resized_in_place(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
     prof_lg_sample_set(0);
     size_t count0 = prof_sample_count();
     char *big = malloc(1 << 20);
     assert_true(prof_is_sampled(big));
+    assert_int_equal(recorded_usable(big), 1 << 20);
     memset(big, 0x5a, 1 << 20);
     char *grown = realloc(big, 3 << 19);
     assert_true(prof_is_sampled(grown));
     assert_int_equal(grown[(1 << 20) - 1], 0x5a);
+    if (grown == big) /* in place: the same record, resized */
+        assert_int_equal(recorded_usable(grown), 3 << 19);
+    assert_int_equal(prof_sample_count(), count0 + 1);
     prof_thread_active_set(false);
     char *plain = realloc(grown, 1 << 20);
     assert_ptr_equal(plain, grown); /* a shrink never moves */
@@ -266,9 +358,13 @@ static void check_byte_counts(void)
     size_t ur = malloc_usable_size(r);
     assert_int_equal(prof_thread_allocated() - a1, ur);
     assert_int_equal(prof_thread_deallocated() - d0, uq);
+    void *volatile kept = realloc(p, 990); /* kept in its class */
+    assert_ptr_equal(kept, p);
+    assert_int_equal(prof_thread_allocated() - a1, ur + up);
+    assert_int_equal(prof_thread_deallocated() - d0, uq + up);
     free(p);
     free(r);
-    assert_int_equal(prof_thread_deallocated() - d0, up + uq + ur);
+    assert_int_equal(prof_thread_deallocated() - d0, up + uq + ur + up);
 }
 
 static void test_sampler_thread_byte_counts(void **state)
@@ -295,7 +391,9 @@ int main(void)
         cmocka_unit_test(test_sampler_intervals_are_exponential),
         cmocka_unit_test(test_sampler_probability_through_malloc),
         cmocka_unit_test(test_sampler_every_path_samples),
-        cmocka_unit_test(test_sampler_realloc_is_a_new_allocation),
+        cmocka_unit_test(test_sampler_realloc_keeps_the_probability_of_the_size),
+        cmocka_unit_test(test_sampler_realloc_in_class_stays),
+        cmocka_unit_test(test_sampler_large_sample_resized_in_place),
         cmocka_unit_test(test_sampler_active_switches),
         cmocka_unit_test(test_sampler_reused_pages_are_cleared_for_calloc),
         cmocka_unit_test(test_sampler_thread_byte_counts),
