@@ -65,9 +65,11 @@ void prof_thread_init(struct tcache *tc);
  * recorded (the caller then allocates normally; a large guarded one is
  * then sampled as an ordinary large span, not counted failed).  *zeroed
  * says whether its memory reads as zero.  The pagemap marks the mapping as
- * a SPAN_SAMPLED span. */
+ * a SPAN_SAMPLED span.  Both functions here that take a sample walk the
+ * stack from `from` (unwind.h: the allocator's slow path that decided). */
+struct unwind_from;
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy, bool guarded, bool *zeroed);
+                         void *proxy, bool guarded, bool *zeroed, const struct unwind_from *from);
 /* Releases a sampled allocation on its own mapping (small, or guarded);
  * returns its usable size and proxy (NULL for a large one). */
 size_t prof_free_sampled(struct span *span, void **proxy);
@@ -80,7 +82,8 @@ size_t prof_sampled_usable(const struct span *span);
  * leaving it unsampled, if it could not be recorded); prof_unsample_span
  * detaches it (before the span is freed, or when realloc decides the
  * resized block is not sampled). */
-bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate);
+bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate,
+                      const struct unwind_from *from);
 void prof_unsample_span(struct span *span);
 /* Sampled large span `span`, grown in place, is now `usable` bytes: its
  * record, weight and the live estimate follow (realloc_slow in malloc.c

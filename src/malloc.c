@@ -34,6 +34,7 @@
 #include "pageheap.h"
 #include "sampled_pages.h"
 #include "sampler.h"
+#include "unwind.h"
 
 /* ---- slow paths ---- */
 
@@ -86,14 +87,15 @@ static void release_proxy(void *proxy)
  * object for a small one (popped from the thread's list, but not for the
  * user: balanced in dealloc_adjust). */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
-                           uint64_t rate, bool guarded, bool *zeroed)
+                           uint64_t rate, bool guarded, bool *zeroed,
+                           const struct unwind_from *from)
 {
     void *proxy = NULL;
     if (cls && !(proxy = alloc_small(tc, cls)))
         return NULL;
     if (proxy)
         tc->dealloc_adjust += sizeclass_size(cls);
-    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, guarded, zeroed);
+    void *p = prof_alloc_sampled(tc, usable, align, rate, proxy, guarded, zeroed, from);
     if (!p && proxy)
         release_proxy(proxy);
     return p;
@@ -125,22 +127,23 @@ static bool request_for(size_t size, size_t align, struct request *r)
  * *zeroed says whether its memory is known to be zero (fresh or purged
  * pages). */
 static void *alloc_large(struct tcache *tc, const struct request *r, size_t align,
-                         uint64_t rate, bool *zeroed)
+                         uint64_t rate, bool *zeroed, const struct unwind_from *from)
 {
     size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
     struct span *s = pageheap_alloc(r->pages, align_pages, 0, zeroed);
     if (!s)
         return NULL;
     if (unlikely(rate))
-        prof_sample_span(tc, s, r->usable, rate);
+        prof_sample_span(tc, s, r->usable, rate, from);
     return (void *)s->start;
 }
 
 /* Allocates what `r` describes; the sampler has decided (`rate`, 0: not
- * sampled) and counted it in thread.allocated.  *zeroed (if not NULL) says
- * whether the memory is known to be zero. */
+ * sampled; if sampled, its stack is walked from `from`) and counted it in
+ * thread.allocated.  *zeroed (if not NULL) says whether the memory is
+ * known to be zero. */
 static void *alloc_decided(struct tcache *tc, const struct request *r, size_t align,
-                           uint64_t rate, bool *zeroed)
+                           uint64_t rate, bool *zeroed, const struct unwind_from *from)
 {
     void *p = NULL;
     bool fresh = false;
@@ -150,13 +153,13 @@ static void *alloc_decided(struct tcache *tc, const struct request *r, size_t al
      * guarded (a large one is on its own pages anyway, in the heap). */
     bool guarded = unlikely(rate) && prof_should_guard(tc) && align <= SA_PAGE_SIZE;
     if (unlikely(rate) && (r->cls || guarded) &&
-        (p = alloc_sampled(tc, r->cls, r->usable, align, rate, guarded, &fresh))) {
+        (p = alloc_sampled(tc, r->cls, r->usable, align, rate, guarded, &fresh, from))) {
         tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
         if (zeroed)
             *zeroed = fresh;
         return p;
     }
-    p = r->cls ? alloc_small(tc, r->cls) : alloc_large(tc, r, align, rate, zeroed);
+    p = r->cls ? alloc_small(tc, r->cls) : alloc_large(tc, r, align, rate, zeroed, from);
     if (tc && (!r->cls || !p))
         tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
     if (!p)
@@ -166,8 +169,9 @@ static void *alloc_decided(struct tcache *tc, const struct request *r, size_t al
 }
 
 /* Every allocation the fast path did not serve: counted for the sampler,
- * sampled if due, else allocated normally. */
-static void *alloc_slow(size_t size, size_t align, bool *zeroed)
+ * sampled if due, else allocated normally.  Out of line, so that a sample's
+ * stack walk can start at this frame's caller (UNWIND_FROM_HERE). */
+SA_SLOW_PATH static void *alloc_slow(size_t size, size_t align, bool *zeroed)
 {
     struct request r;
     if (!request_for(size, align, &r)) {
@@ -176,7 +180,10 @@ static void *alloc_slow(size_t size, size_t align, bool *zeroed)
     }
     struct tcache *tc = init_thread_cache();
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
-    return alloc_decided(tc, &r, align, rate, zeroed);
+    struct unwind_from from = {0};
+    if (unlikely(rate))
+        from = UNWIND_FROM_HERE();
+    return alloc_decided(tc, &r, align, rate, zeroed, &from);
 }
 
 SA_SLOW_PATH void *malloc_slow(size_t size)
@@ -387,12 +394,15 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
     if (large && !r.cls && resize_large(large, r.pages)) {
         size_t charge = r.usable >= old ? r.usable - old : r.usable;
         uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
+        struct unwind_from from = {0};
+        if (unlikely(rate))
+            from = UNWIND_FROM_HERE();
         if (r.usable < old && large->sample)
             prof_unsample_span(large); /* decided afresh below */
         if (r.usable > old && large->sample)
             prof_resize_span_sample(large, r.usable);
         else if (rate)
-            prof_sample_span(tc, large, r.usable, rate);
+            prof_sample_span(tc, large, r.usable, rate, &from);
         if (tc) {
             count_unsampled(tc, r.usable - charge);
             tc->dealloc_adjust += old - r.usable; /* no list saw either block */
@@ -400,7 +410,10 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         return p;
     }
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
-    void *q = alloc_decided(tc, &r, 1, rate, NULL);
+    struct unwind_from from = {0};
+    if (unlikely(rate))
+        from = UNWIND_FROM_HERE();
+    void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
         return NULL; /* errno is ENOMEM; p is untouched */
     memcpy(q, p, old < n ? old : n);

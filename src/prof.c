@@ -377,19 +377,19 @@ static void sample_recycle(struct sample_shard *sh, struct sample *s)
  * unwinder allocating: that allocation is served unsampled) or the table is
  * out of memory.  On success the guard stays set: publish() or
  * sample_failed clears it. */
-static struct prof_stack *walk_and_intern(void)
+static struct prof_stack *walk_and_intern(const struct unwind_from *from)
 {
     void *frames[STACK_MAX_DEPTH];
-    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
+    unsigned depth = stack_capture_from(from, frames, STACK_MAX_DEPTH);
     return stack_intern(frames, depth);
 }
 
-static struct prof_stack *capture_stack(struct tcache *tc)
+static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_from *from)
 {
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    struct prof_stack *st = walk_and_intern();
+    struct prof_stack *st = walk_and_intern(from);
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
@@ -415,7 +415,12 @@ static int64_t sample_weight(size_t usable, uint64_t rate)
 
 static struct sample *publish(struct tcache *tc, struct sample fields)
 {
-    fields.weight = sample_weight(fields.usable, fields.rate);
+    if (fields.usable != tc->prof.weight_usable || fields.rate != tc->prof.weight_rate) {
+        tc->prof.weight = sample_weight(fields.usable, fields.rate);
+        tc->prof.weight_usable = fields.usable;
+        tc->prof.weight_rate = fields.rate;
+    }
+    fields.weight = tc->prof.weight;
     fields.epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
     memcpy(fields.thread, tc->prof.name, sizeof(fields.thread) - 1);
     fields.thread[sizeof(fields.thread) - 1] = '\0';
@@ -460,9 +465,9 @@ static void release_quarantined(struct span *span)
 }
 
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
-                         void *proxy, bool guarded, bool *zeroed)
+                         void *proxy, bool guarded, bool *zeroed, const struct unwind_from *from)
 {
-    struct prof_stack *st = capture_stack(tc);
+    struct prof_stack *st = capture_stack(tc, from);
     if (!st)
         return NULL;
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
@@ -499,9 +504,10 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     return mem;
 }
 
-bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate)
+bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate,
+                      const struct unwind_from *from)
 {
-    struct prof_stack *st = capture_stack(tc);
+    struct prof_stack *st = capture_stack(tc, from);
     if (!st)
         return false;
     void *mem = (void *)span->start;
@@ -556,7 +562,7 @@ static struct prof_stack *free_stack(void)
     if (!tc || tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    struct prof_stack *st = walk_and_intern();
+    struct prof_stack *st = walk_and_intern(NULL);
     tc->prof.in_prof = false;
     return st;
 }

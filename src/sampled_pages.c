@@ -38,7 +38,7 @@ static sa_lock_t lock = SA_LOCK_INITIALIZER(LOCK_RANK_SAMPLED_PAGES);
 static struct kept slots[NLENGTHS][SLOTS]; /* under lock */
 static unsigned nslots[NLENGTHS];          /* under lock */
 static size_t cached, dirty;               /* under lock; atomic reads */
-static uint64_t next_decay_check;          /* under lock */
+static uint64_t next_decay_check;          /* written under lock; atomic reads */
 
 static size_t len_of(size_t pages) { return pages << SA_PAGE_SHIFT; }
 
@@ -118,11 +118,15 @@ static void maybe_decay(uint64_t now)
     size_t n = 0;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
     uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    /* Most puts are not due: seen without the lock (checked again under it). */
+    uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
+    if ((now < next && next - now <= step) || !__atomic_load_n(&dirty, __ATOMIC_RELAXED))
+        return;
     sa_lock(&lock);
     /* A check scheduled further out than one step was scheduled under a
      * longer decay time (dirty_decay_ms changed): do it now. */
     if ((now >= next_decay_check || next_decay_check - now > step) && dirty) {
-        next_decay_check = now + step;
+        __atomic_store_n(&next_decay_check, now + step, __ATOMIC_RELAXED);
         if (now > decay_ns)
             n = take_dirty_locked(now - decay_ns, spans, SLOTS);
     }

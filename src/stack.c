@@ -87,13 +87,20 @@ static void check_against_libgcc(void *const *raw, int n)
  * walker never meets in practice (a CFA expression, a frame over 1 MiB). */
 unsigned stack_capture(void **frames, unsigned max)
 {
+    return stack_capture_from(NULL, frames, max);
+}
+
+unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsigned max)
+{
     void *raw[STACK_MAX_DEPTH + 16];
     int n;
     if (walker == WALK_LIBGCC) {
         n = backtrace(raw, STACK_MAX_DEPTH + 16);
     } else {
         bool complete;
-        n = (int)unwind_capture(raw, STACK_MAX_DEPTH + 16, &complete);
+        n = (int)(from && from->pc && walker == WALK_FAST
+                      ? unwind_capture_from(from, raw, STACK_MAX_DEPTH + 16, &complete)
+                      : unwind_capture(raw, STACK_MAX_DEPTH + 16, &complete));
         if (!complete) {
             __atomic_fetch_add(&truncated, 1, __ATOMIC_RELAXED);
             if (walker == WALK_CHECK)

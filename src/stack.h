@@ -47,6 +47,11 @@ struct prof_stack {
  * backtrace() when opt.prof_unwind is "libgcc"; "check" runs both, compares
  * them and keeps backtrace()'s when the walker did not finish. */
 unsigned stack_capture(void **frames, unsigned max);
+/* The same, the walker starting at `from` (unwind.h), a frame inside
+ * salloc, rather than stepping through the profiler's frames under it.
+ * "libgcc" and "check" ignore it (check compares whole walks). */
+struct unwind_from;
+unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsigned max);
 /* Captures the walker could not finish (prof.unwind_truncated), and those
  * on which it disagreed with backtrace() under prof_unwind:check
  * (prof.unwind_mismatches). */

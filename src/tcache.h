@@ -60,6 +60,10 @@ struct tcache_prof {
     uint32_t gen;        /* sampler generation last applied (rate/activity) */
     bool active;         /* thread.prof.active */
     bool in_prof;        /* reentrancy guard: inside sampling or stack capture */
+    /* The weight of this thread's last sample, and the usable size and rate
+     * it was for: samples of one size in a row skip its arithmetic. */
+    uint64_t weight_usable, weight_rate;
+    int64_t weight;
     char name[64];       /* thread.prof.name, "" if unset */
 };
 

@@ -178,6 +178,15 @@ SA_UNWIND_MUTABLE bool unwind_use_find_object = HAVE_DL_FIND_OBJECT;
 
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9E3779B97F4A7C15ull + 0x7f4a7c15; }
 
+/* A build ID's first 16 bytes (of 20 for SHA-1 IDs) name it well enough,
+ * in two mixes: this runs per object per capture. */
+static uint64_t id_mix(const unsigned char *id, size_t len)
+{
+    uint64_t w[2] = {0, 0};
+    memcpy(w, id, len < sizeof(w) ? len : sizeof(w));
+    return mix(mix(3, w[0]), w[1]);
+}
+
 /* What the code of `o` is, whatever address it was loaded at: its build
  * ID (a hash of its contents, which the GNU toolchain writes into a note
  * by default), else its file name.  Needed because the loader allocates
@@ -192,13 +201,8 @@ static uint64_t code_identity(const struct object *o, const char *name)
         size_t len;
         const unsigned char *id =
             elf_build_id((const unsigned char *)(o->base + ph->p_vaddr), ph->p_memsz, &len);
-        if (id) {
-            /* Its first 16 bytes (of 20 for SHA-1 IDs) name it well
-             * enough, in two mixes: this runs per object per capture. */
-            uint64_t w[2] = {0, 0};
-            memcpy(w, id, len < sizeof(w) ? len : sizeof(w));
-            return mix(mix(3, w[0]), w[1]);
-        }
+        if (id)
+            return id_mix(id, len);
     }
     uint64_t h = 5;
     size_t len = name ? strnlen(name, 4096) : 0;
@@ -209,6 +213,29 @@ static uint64_t code_identity(const struct object *o, const char *name)
     }
     return h;
 }
+
+#if HAVE_DL_FIND_OBJECT
+/* The rest of find_object_lockfree, from what _dl_find_object found. */
+static bool describe_found(struct object *o, const struct dl_find_object *f)
+{
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)f->dlfo_map_start;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
+        eh->e_phoff < sizeof(*eh) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(ElfW(Phdr)) > 4096)
+        return false; /* headers not in the first page: leave it unwalked */
+    o->base = f->dlfo_link_map->l_addr;
+    o->phdr = (const ElfW(Phdr) *)((uintptr_t)f->dlfo_map_start + eh->e_phoff);
+    o->phnum = eh->e_phnum;
+    o->map_start = (uintptr_t)f->dlfo_map_start;
+    o->map_end = (uintptr_t)f->dlfo_map_end;
+    /* This loading of this code: another object loaded at the same
+     * address later has other contents (and if not, the same rules). */
+    uint64_t tag = mix(mix(mix(1, (uintptr_t)f->dlfo_link_map), o->map_start), o->map_end);
+    o->tag = mix(mix(tag, (uintptr_t)f->dlfo_eh_frame), code_identity(o, f->dlfo_link_map->l_name)) | 1;
+    if (o->tag == UINT64_MAX) /* frame_tag's "do not cache" */
+        o->tag = 1;
+    return holds_pc(o);
+}
+#endif
 
 /* The object at o->pc through _dl_find_object: lock-free, so a capture
  * never waits for the loader's lock (which a fork() may leave held for
@@ -222,25 +249,107 @@ static bool find_object_lockfree(struct object *o)
     struct dl_find_object f;
     if (!_dl_find_object || _dl_find_object((void *)o->pc, &f) != 0 || !f.dlfo_link_map)
         return false;
-    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)f.dlfo_map_start;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
-        eh->e_phoff < sizeof(*eh) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(ElfW(Phdr)) > 4096)
-        return false; /* headers not in the first page: leave it unwalked */
-    o->base = f.dlfo_link_map->l_addr;
-    o->phdr = (const ElfW(Phdr) *)((uintptr_t)f.dlfo_map_start + eh->e_phoff);
-    o->phnum = eh->e_phnum;
-    o->map_start = (uintptr_t)f.dlfo_map_start;
-    o->map_end = (uintptr_t)f.dlfo_map_end;
-    /* This loading of this code: another object loaded at the same
-     * address later has other contents (and if not, the same rules). */
-    uint64_t tag = mix(mix(mix(1, (uintptr_t)f.dlfo_link_map), o->map_start), o->map_end);
-    o->tag = mix(mix(tag, (uintptr_t)f.dlfo_eh_frame), code_identity(o, f.dlfo_link_map->l_name)) | 1;
-    if (o->tag == UINT64_MAX) /* frame_tag's "do not cache" */
-        o->tag = 1;
-    return holds_pc(o);
+    return describe_found(o, &f);
 #else
     (void)o;
     return false;
+#endif
+}
+
+/* ---- objects met before ----
+ * Finding an object's tag the long way (its program headers, then its
+ * notes) cost a few dozen ns per object per capture, most of a capture.
+ * Objects met before are kept here, found again by what _dl_find_object
+ * says now (link map, range, .eh_frame) and confirmed by their build ID,
+ * read again where it lies: in the object's first page, which is mapped
+ * (it holds the ELF header that the range _dl_find_object gives starts
+ * with).  An object loaded later in an unloaded one's place, with the same
+ * link map address too, has other bytes there, unless it is the same build
+ * at the same address: the same code, with the same rules.  The table is
+ * append-only, entries never change once ready, so readers take no lock;
+ * an object with no build ID in its first page, or met once the table is
+ * full (a program that loads and unloads many libraries), is looked up
+ * the long way each time. */
+#define KNOWN_OBJECTS 32
+
+struct known_object {
+    uintptr_t link_map, map_start, map_end, eh_frame;
+    const unsigned char *id; /* its build ID's first bytes, in its first page */
+    size_t id_len;
+    uint64_t id_hash; /* id_mix of them, as the tag took them */
+    uint64_t tag;
+    bool ready;
+};
+
+static struct known_object known[KNOWN_OBJECTS];
+static unsigned known_claimed;
+
+#if HAVE_DL_FIND_OBJECT
+static bool known_matches(const struct known_object *k, const struct dl_find_object *f)
+{
+    return k->link_map == (uintptr_t)f->dlfo_link_map &&
+           k->map_start == (uintptr_t)f->dlfo_map_start &&
+           k->map_end == (uintptr_t)f->dlfo_map_end && k->eh_frame == (uintptr_t)f->dlfo_eh_frame &&
+           id_mix(k->id, k->id_len) == k->id_hash;
+}
+
+static uint64_t known_tag(const struct dl_find_object *f)
+{
+    unsigned n = __atomic_load_n(&known_claimed, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n && i < KNOWN_OBJECTS; i++)
+        if (__atomic_load_n(&known[i].ready, __ATOMIC_ACQUIRE) && known_matches(&known[i], f))
+            return known[i].tag;
+    return 0;
+}
+
+/* Keeps `o` (just described from `f`) if its build ID is in its first
+ * page and the table has room. */
+static void known_add(const struct object *o, const struct dl_find_object *f)
+{
+    const unsigned char *id = NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < o->phnum && !id; i++)
+        if (o->phdr[i].p_type == PT_NOTE)
+            id = elf_build_id((const unsigned char *)(o->base + o->phdr[i].p_vaddr),
+                              o->phdr[i].p_memsz, &len);
+    len = len < 16 ? len : 16;
+    if (!id || len < 8 || (uintptr_t)id < o->map_start || (uintptr_t)id + len > o->map_start + 4096)
+        return;
+    unsigned i = __atomic_fetch_add(&known_claimed, 1, __ATOMIC_RELAXED);
+    if (i >= KNOWN_OBJECTS) {
+        __atomic_store_n(&known_claimed, KNOWN_OBJECTS, __ATOMIC_RELAXED); /* no wrap-around */
+        return;
+    }
+    known[i] = (struct known_object){
+        .link_map = (uintptr_t)f->dlfo_link_map, .map_start = o->map_start,
+        .map_end = o->map_end, .eh_frame = (uintptr_t)f->dlfo_eh_frame, .id = id,
+        .id_len = len, .id_hash = id_mix(id, len), .tag = o->tag};
+    __atomic_store_n(&known[i].ready, true, __ATOMIC_RELEASE);
+}
+#endif
+
+/* The tag of the loaded object holding `pc` and its range, through the
+ * objects met before when it is one; 0 if no object holds it. */
+static uint64_t object_tag(uintptr_t pc, uintptr_t *start, uintptr_t *end)
+{
+#if HAVE_DL_FIND_OBJECT
+    struct dl_find_object f;
+    if (!_dl_find_object || _dl_find_object((void *)pc, &f) != 0 || !f.dlfo_link_map)
+        return 0;
+    *start = (uintptr_t)f.dlfo_map_start;
+    *end = (uintptr_t)f.dlfo_map_end;
+    uint64_t tag = known_tag(&f);
+    if (tag)
+        return tag;
+    struct object o = {.pc = pc};
+    count(&stats.objects);
+    if (!describe_found(&o, &f))
+        return 0;
+    known_add(&o, &f);
+    return o.tag;
+#else
+    (void)pc, (void)start, (void)end;
+    return 0;
 #endif
 }
 
@@ -691,12 +800,11 @@ static uint64_t frame_tag(struct walk_state *w, uintptr_t pc)
     for (unsigned i = 0; i < w->nobjects; i++)
         if (pc >= w->objects[i].start && pc < w->objects[i].end)
             return w->objects[i].tag;
-    struct object o = {.pc = pc};
-    if (!find_object_lockfree(&o))
-        return 0;
-    if (w->nobjects < WALK_OBJECTS)
-        w->objects[w->nobjects++] = (struct walk_object){o.map_start, o.map_end, o.tag};
-    return o.tag;
+    uintptr_t start, end;
+    uint64_t tag = object_tag(pc, &start, &end);
+    if (tag && w->nobjects < WALK_OBJECTS)
+        w->objects[w->nobjects++] = (struct walk_object){start, end, tag};
+    return tag;
 }
 
 static uint32_t rule_for(struct walk_state *w, uintptr_t pc)
@@ -723,19 +831,19 @@ static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0,
  *     unchanged;  rsp = cfa.
  * A signal frame: the handler returned into the trampoline with rsp at the
  * ucontext the kernel saved, whose registers are the interrupted ones.
- * The first address (`pc`) is an exact one, as is an interrupted
- * instruction; every other is a return address, looked up at ra - 1 so
+ * The first address (`pc`) is an exact one if `exact` (unwind_capture's
+ * own), as is an interrupted instruction; every other is a return address
+ * (unwind_capture_from's first too), looked up at ra - 1 so
  * that a call at the very end of a function (a noreturn call) still finds
  * its own FDE.  *complete says whether the walk reached the end of the
  * stack (or `max` frames); if not it stopped at a frame it could not
  * unwind, and the frames before it are still right. */
-static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, void **frames, unsigned max,
-                     bool *complete)
+static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact, void **frames,
+                     unsigned max, bool *complete)
 {
     struct walk_state w;
     walk_start(&w);
     unsigned n = 0;
-    bool exact = true;
     *complete = false;
     while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
@@ -780,7 +888,21 @@ __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, b
                      "mov %%rsp, %1\n\t"
                      "mov %%rbp, %2"
                      : "=&r"(pc), "=&r"(sp), "=&r"(rbp));
-    unsigned n = walk(pc, sp, rbp, frames, max, complete);
+    unsigned n = walk(pc, sp, rbp, true, frames, max, complete);
+    if (!*complete)
+        count(&stats.incomplete);
+    return n;
+}
+
+unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsigned max,
+                             bool *complete)
+{
+    count(&stats.captures);
+    *complete = true;
+    if (max == 0 || from->pc == 0)
+        return 0;
+    frames[0] = (void *)from->pc;
+    unsigned n = 1 + walk(from->pc, from->sp, from->rbp, false, frames + 1, max - 1, complete);
     if (!*complete)
         count(&stats.incomplete);
     return n;
@@ -795,6 +917,13 @@ unsigned unwind_capture(void **frames, unsigned max, bool *complete)
     *complete = false;
     return 0;
 }
+
+unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsigned max,
+                             bool *complete)
+{
+    (void)from;
+    return unwind_capture(frames, max, complete);
+}
 #endif
 
 void unwind_get_stats(struct unwind_stats *st)
@@ -803,4 +932,5 @@ void unwind_get_stats(struct unwind_stats *st)
     st->incomplete = __atomic_load_n(&stats.incomplete, __ATOMIC_RELAXED);
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
     st->stale = __atomic_load_n(&stats.stale, __ATOMIC_RELAXED);
+    st->objects = __atomic_load_n(&stats.objects, __ATOMIC_RELAXED);
 }

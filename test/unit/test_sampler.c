@@ -40,6 +40,17 @@ static void test_sampler_math_matches_libm(void **state)
     (void)state;
     for (double x = 1e-300; x <= 1; x *= 1.01)
         assert_true(fabs(sa_ln(x) - log(x)) <= 2e-15 * fabs(log(x)) + 1e-300);
+    /* Densely where the tables' points and the halving at sqrt(2) are,
+     * and next to 1, where ln is small. */
+    for (double x = 0.70; x <= 1.42; x += 1.0 / 8192)
+        assert_true(fabs(sa_ln(x) - log(x)) <= 2e-15 * fabs(log(x)));
+    for (int k = 1; k < 4096; k++) {
+        double below = 1 - k * 0x1p-53, above = 1 + k * 0x1p-52;
+        assert_true(fabs(sa_ln(below) - log(below)) <= 2e-15 * fabs(log(below)));
+        assert_true(fabs(sa_ln(above) - log(above)) <= 2e-15 * fabs(log(above)));
+    }
+    for (double x = 1e-15; x < 1.2; x += x < 1e-3 ? x : 1.0 / 4096)
+        assert_true(fabs(sa_one_minus_exp_neg(x) + expm1(-x)) <= 2e-15 * -expm1(-x));
     for (double x = 1e-12; x < 60; x *= 1.01)
         assert_true(fabs(sa_one_minus_exp_neg(x) + expm1(-x)) <= 2e-15 * -expm1(-x));
     for (double x = 0; x < 700; x += 0.37)
