@@ -1,5 +1,7 @@
 /*
  * lock.h: salloc's mutex and the one place that states the lock order.
+ * The mutex is glibc's, taken with a try first; a lock another thread
+ * holds is watched for a while before the thread sleeps (lock.c).
  *
  * Every lock has a rank; a thread may only take a lock of a higher rank than
  * any it already holds.  Debug builds check this on every acquire (a
@@ -61,11 +63,15 @@ typedef struct sa_lock {
 void lock_rank_acquire(enum lock_rank rank);
 void lock_rank_release(enum lock_rank rank);
 
+/* A lock taken by another thread: spin a while before sleeping (lock.c). */
+void sa_lock_contended(sa_lock_t *l);
+
 static inline void sa_lock(sa_lock_t *l)
 {
     if (SA_DEBUG)
         lock_rank_acquire(l->rank);
-    pthread_mutex_lock(&l->mutex);
+    if (pthread_mutex_trylock(&l->mutex) != 0)
+        sa_lock_contended(l);
 }
 
 static inline void sa_unlock(sa_lock_t *l)
