@@ -383,6 +383,7 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         return NULL;
     }
     struct tcache *tc = init_thread_cache();
+    const struct unwind_from from = UNWIND_FROM_HERE(); /* if a sample is taken */
     /* Small (ordinary or sampled), or large with a small usable size (an
      * aligned block): the usable size stays. */
     if (old <= SA_MAX_SMALL && keeps_small(old, n)) {
@@ -394,9 +395,6 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
     if (large && !r.cls && resize_large(large, r.pages)) {
         size_t charge = r.usable >= old ? r.usable - old : r.usable;
         uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
-        struct unwind_from from = {0};
-        if (unlikely(rate))
-            from = UNWIND_FROM_HERE();
         if (r.usable < old && large->sample)
             prof_unsample_span(large); /* decided afresh below */
         if (r.usable > old && large->sample)
@@ -410,9 +408,6 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         return p;
     }
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
-    struct unwind_from from = {0};
-    if (unlikely(rate))
-        from = UNWIND_FROM_HERE();
     void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
         return NULL; /* errno is ENOMEM; p is untouched */

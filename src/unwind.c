@@ -141,6 +141,8 @@ struct object {
     bool found;
     uintptr_t map_start, map_end;
     uint64_t tag;
+    const unsigned char *id; /* its build ID (code_identity), or NULL */
+    size_t id_len;
 };
 
 /* Whether `o`'s program headers put o->pc in one of its loaded segments. */
@@ -192,17 +194,16 @@ static uint64_t id_mix(const unsigned char *id, size_t len)
  * by default), else its file name.  Needed because the loader allocates
  * link maps with malloc: a library loaded where an unloaded one was, of
  * the same size, may well get the same link map address too. */
-static uint64_t code_identity(const struct object *o, const char *name)
+static uint64_t code_identity(struct object *o, const char *name)
 {
     for (size_t i = 0; i < o->phnum; i++) {
         const ElfW(Phdr) *ph = &o->phdr[i];
         if (ph->p_type != PT_NOTE)
             continue;
-        size_t len;
-        const unsigned char *id =
-            elf_build_id((const unsigned char *)(o->base + ph->p_vaddr), ph->p_memsz, &len);
-        if (id)
-            return id_mix(id, len);
+        o->id = elf_build_id((const unsigned char *)(o->base + ph->p_vaddr), ph->p_memsz,
+                             &o->id_len);
+        if (o->id)
+            return id_mix(o->id, o->id_len);
     }
     uint64_t h = 5;
     size_t len = name ? strnlen(name, 4096) : 0;
@@ -306,13 +307,8 @@ static uint64_t known_tag(const struct dl_find_object *f)
  * page and the table has room. */
 static void known_add(const struct object *o, const struct dl_find_object *f)
 {
-    const unsigned char *id = NULL;
-    size_t len = 0;
-    for (size_t i = 0; i < o->phnum && !id; i++)
-        if (o->phdr[i].p_type == PT_NOTE)
-            id = elf_build_id((const unsigned char *)(o->base + o->phdr[i].p_vaddr),
-                              o->phdr[i].p_memsz, &len);
-    len = len < 16 ? len : 16;
+    const unsigned char *id = o->id; /* as the tag took it (code_identity) */
+    size_t len = o->id_len < 16 ? o->id_len : 16;
     if (!id || len < 8 || (uintptr_t)id < o->map_start || (uintptr_t)id + len > o->map_start + 4096)
         return;
     unsigned i = __atomic_fetch_add(&known_claimed, 1, __ATOMIC_RELAXED);
