@@ -338,7 +338,9 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
         if (sh->live)
             sh->live->prev = s;
         sh->live = s;
-        __atomic_fetch_add(&sh->count, 1, __ATOMIC_RELAXED); /* read without the lock */
+        /* Read without the lock; written only under it, so a plain
+         * store will do (a locked add costs as much as the lock). */
+        __atomic_store_n(&sh->count, sh->count + 1, __ATOMIC_RELAXED);
     }
     sa_unlock(&sh->lock);
     return s;
@@ -356,7 +358,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
         sh->live = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    __atomic_fetch_sub(&sh->count, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->count, sh->count - 1, __ATOMIC_RELAXED);
     if (!keep) {
         s->next = sh->spare;
         sh->spare = s;

@@ -876,7 +876,6 @@ static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact, void
 #if defined(__x86_64__)
 __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, bool *complete)
 {
-    count(&stats.captures);
     /* Where this function is, and its rsp and rbp there: the CFI for that
      * exact address says how to reach the caller. */
     uintptr_t pc, sp, rbp;
@@ -893,7 +892,6 @@ __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, b
 unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsigned max,
                              bool *complete)
 {
-    count(&stats.captures);
     *complete = true;
     if (max == 0 || from->pc == 0)
         return 0;
@@ -908,7 +906,6 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
 unsigned unwind_capture(void **frames, unsigned max, bool *complete)
 {
     (void)frames, (void)max, (void)walk;
-    count(&stats.captures);
     count(&stats.incomplete);
     *complete = false;
     return 0;
@@ -924,7 +921,6 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
 
 void unwind_get_stats(struct unwind_stats *st)
 {
-    st->captures = __atomic_load_n(&stats.captures, __ATOMIC_RELAXED);
     st->incomplete = __atomic_load_n(&stats.incomplete, __ATOMIC_RELAXED);
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
     st->stale = __atomic_load_n(&stats.stale, __ATOMIC_RELAXED);

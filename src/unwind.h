@@ -91,8 +91,7 @@ extern SA_UNWIND_MUTABLE bool unwind_use_find_object;
 
 /* Counters for tests and statistics. */
 struct unwind_stats {
-    uint64_t captures;  /* unwind_capture() calls */
-    uint64_t incomplete; /* of those, stopped at a frame it could not unwind */
+    uint64_t incomplete; /* captures stopped at a frame the walker could not unwind */
     uint64_t misses;    /* rules computed from .eh_frame (cache misses) */
     uint64_t stale;     /* cached rules found stale: their code was unloaded */
     uint64_t objects;   /* objects described the long way, not met before */
