@@ -7,10 +7,18 @@
  * mappings: a link written into a purged mapping would make its first page
  * resident again.
  *
+ * The common case, one thread sampling one small length again and again,
+ * takes no lock: each length up to HOT_MAX_PAGES has one hot slot, filled
+ * by a put with a compare-and-swap from empty and emptied by a get with an
+ * exchange, so whoever empties it owns the mapping alone.  A lock round
+ * trip costs two locked instructions and glibc's bookkeeping; a slot, one
+ * instruction.  Hot mappings are always dirty (a put that purges keeps its
+ * mapping under the lock, clean).
+ *
  * Decay: at most every eighth of the decay time (and at most once a second,
  * as the page heap does), a put looks for kept mappings idle longer than
- * the decay time and purges them.  A mapping being purged is out of the
- * cache, so no sample can get it half purged.
+ * the decay time, hot or not, and purges them.  A mapping being purged is
+ * out of the cache, so no sample can get it half purged.
  */
 #include "sampled_pages.h"
 
@@ -27,6 +35,11 @@
 #define SLOTS 16
 #define CACHE_BYTES ((size_t)8 << 20)
 #define NLENGTHS (SAMPLED_CACHE_MAX_PAGES + 1)
+/* Hot slots for lengths up to 64 KiB: at most 36 pages in them all, which
+ * the locked slots leave room for (one slot fewer per length, and the
+ * bytes under CACHE_BYTES). */
+#define HOT_MAX_PAGES 8
+#define HOT_BYTES ((size_t)(HOT_MAX_PAGES * (HOT_MAX_PAGES + 1) / 2) << SA_PAGE_SHIFT)
 
 struct kept {
     struct span *span; /* the mapping's parked span record */
@@ -39,6 +52,30 @@ static struct kept slots[NLENGTHS][SLOTS]; /* under lock */
 static unsigned nslots[NLENGTHS];          /* under lock */
 static size_t cached, dirty;               /* under lock; atomic reads */
 static uint64_t next_decay_check;          /* written under lock; atomic reads */
+static struct span *hot[HOT_MAX_PAGES + 1]; /* atomics, see above */
+static uint64_t hot_freed_at[HOT_MAX_PAGES + 1]; /* its put's os_now_ns(); relaxed */
+
+static bool has_hot_slot(size_t pages) { return pages >= 1 && pages <= HOT_MAX_PAGES; }
+
+/* Bytes in the hot slots, for the statistics (all dirty). */
+static size_t hot_bytes(void)
+{
+    size_t bytes = 0;
+    for (size_t pages = 1; pages <= HOT_MAX_PAGES; pages++)
+        if (__atomic_load_n(&hot[pages], __ATOMIC_RELAXED))
+            bytes += pages << SA_PAGE_SHIFT;
+    return bytes;
+}
+
+/* Empties the hot slot of `pages` if its mapping was put back at or before
+ * `idle_since`: the mapping, now the caller's, or NULL. */
+static struct span *take_hot(size_t pages, uint64_t idle_since)
+{
+    if (!__atomic_load_n(&hot[pages], __ATOMIC_RELAXED) ||
+        __atomic_load_n(&hot_freed_at[pages], __ATOMIC_RELAXED) > idle_since)
+        return NULL;
+    return __atomic_exchange_n(&hot[pages], NULL, __ATOMIC_ACQUIRE);
+}
 
 static size_t len_of(size_t pages) { return pages << SA_PAGE_SHIFT; }
 
@@ -63,7 +100,8 @@ static void discard(struct span *s)
 static bool keep_locked(struct span *s, bool is_dirty, uint64_t now)
 {
     size_t pages = s->npages;
-    if (pages >= NLENGTHS || nslots[pages] == SLOTS || cached + len_of(pages) > CACHE_BYTES)
+    if (pages >= NLENGTHS || nslots[pages] == SLOTS - (unsigned)has_hot_slot(pages) ||
+        cached + len_of(pages) > CACHE_BYTES - HOT_BYTES)
         return false;
     slots[pages][nslots[pages]++] = (struct kept){s, is_dirty, now};
     count(len_of(pages), is_dirty, 1);
@@ -75,6 +113,9 @@ static bool keep_locked(struct span *s, bool is_dirty, uint64_t now)
 static size_t take_dirty_locked(uint64_t idle_since, struct span **out, size_t max)
 {
     size_t n = 0;
+    for (size_t pages = 1; pages <= HOT_MAX_PAGES && n < max; pages++)
+        if ((out[n] = take_hot(pages, idle_since)))
+            n++;
     for (size_t len = 1; len < NLENGTHS; len++)
         for (unsigned i = 0; i < nslots[len] && n < max;) {
             struct kept *k = &slots[len][i];
@@ -120,12 +161,12 @@ static void maybe_decay(uint64_t now)
     uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
     /* Most puts are not due: seen without the lock (checked again under it). */
     uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
-    if ((now < next && next - now <= step) || !__atomic_load_n(&dirty, __ATOMIC_RELAXED))
+    if (now < next && next - now <= step)
         return;
     sa_lock(&lock);
     /* A check scheduled further out than one step was scheduled under a
      * longer decay time (dirty_decay_ms changed): do it now. */
-    if ((now >= next_decay_check || next_decay_check - now > step) && dirty) {
+    if (now >= next_decay_check || next_decay_check - now > step) {
         __atomic_store_n(&next_decay_check, now + step, __ATOMIC_RELAXED);
         if (now > decay_ns)
             n = take_dirty_locked(now - decay_ns, spans, SLOTS);
@@ -137,6 +178,14 @@ static void maybe_decay(uint64_t now)
 struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
 {
     size_t pages = len >> SA_PAGE_SHIFT;
+    if (has_hot_slot(pages) && align <= SA_PAGE_SIZE &&
+        __atomic_load_n(&hot[pages], __ATOMIC_RELAXED)) {
+        struct span *s = __atomic_exchange_n(&hot[pages], NULL, __ATOMIC_ACQUIRE);
+        if (s) {
+            *zeroed = false;
+            return s;
+        }
+    }
     if (pages < NLENGTHS && align <= SA_PAGE_SIZE) {
         struct kept k = {NULL, false, 0};
         sa_lock(&lock);
@@ -168,7 +217,17 @@ void sampled_pages_put(struct span *s)
     size_t pages = s->npages;
     bool kept = false;
     uint64_t now = os_now_ns();
-    if (pages < NLENGTHS) {
+    struct span *empty = NULL;
+    if (has_hot_slot(pages) && pageheap_decay_ms() != 0 &&
+        !__atomic_load_n(&hot[pages], __ATOMIC_RELAXED) &&
+        __atomic_compare_exchange_n(&hot[pages], &empty, s, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED)) {
+        /* Written after the mapping is in: a decay pass that reads an
+         * older time may purge a mapping put back just now, which costs
+         * its next sample a refault, nothing more. */
+        __atomic_store_n(&hot_freed_at[pages], now, __ATOMIC_RELAXED);
+        kept = true;
+    } else if (pages < NLENGTHS) {
         bool is_dirty = pageheap_decay_ms() != 0 ||
                         !os_purge((void *)s->start, pages << SA_PAGE_SHIFT);
         sa_lock(&lock);
@@ -196,8 +255,8 @@ size_t sampled_pages_purge(void)
     return purged;
 }
 
-size_t sampled_pages_cached(void) { return __atomic_load_n(&cached, __ATOMIC_RELAXED); }
-size_t sampled_pages_dirty(void) { return __atomic_load_n(&dirty, __ATOMIC_RELAXED); }
+size_t sampled_pages_cached(void) { return __atomic_load_n(&cached, __ATOMIC_RELAXED) + hot_bytes(); }
+size_t sampled_pages_dirty(void) { return __atomic_load_n(&dirty, __ATOMIC_RELAXED) + hot_bytes(); }
 
 void sampled_pages_prefork(void) { sa_lock(&lock); }
 void sampled_pages_postfork_parent(void) { sa_unlock(&lock); }

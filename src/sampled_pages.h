@@ -22,7 +22,9 @@
  * unmapped: a sample reuses both without the page heap's lock.
  *
  * One lock (LOCK_RANK_SAMPLED_PAGES), held only for list operations, never
- * across a system call.  Calls os.c and the page heap.
+ * across a system call; lengths up to 64 KiB also have one hot slot each,
+ * taken and filled with single atomic instructions (sampled_pages.c).
+ * Calls os.c and the page heap.
  */
 #ifndef SA_SAMPLED_PAGES_H
 #define SA_SAMPLED_PAGES_H

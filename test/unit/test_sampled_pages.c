@@ -10,8 +10,11 @@
  *     dirty count goes to zero;
  *   - a kept mapping idle longer than the decay time is purged by a later
  *     put;
- *   - the cache is bounded: per length, in bytes, and in mapping length.
+ *   - the cache is bounded: per length, in bytes, and in mapping length;
+ *   - threads that get and put one length at once (its hot slot, taken
+ *     without the lock) never hold the same mapping together.
  */
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -170,6 +173,49 @@ static void test_sampled_pages_cache_is_bounded(void **state)
     assert_true(sampled_pages_cached() <= (size_t)8 << 20);
 }
 
+/* Each round: a mapping of LEN, filled with this thread's mark, checked
+ * still whole after a yield, and put back.  Two owners of one mapping at
+ * once would overwrite each other's mark. */
+enum { RACERS = 4, RACE_ROUNDS = 20000 };
+
+static void *race_one_length(void *arg)
+{
+    unsigned char mark = (unsigned char)(uintptr_t)arg;
+    uintptr_t bad = 0;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        bool zeroed;
+        struct span *sp = sampled_pages_get(LEN, 16, &zeroed);
+        if (!sp)
+            return (void *)1;
+        char *p = mem_of(sp);
+        p[0] = (char)mark;
+        p[LEN - 1] = (char)mark;
+        if (i % 64 == 0)
+            sched_yield();
+        bad += (unsigned char)p[0] != mark || (unsigned char)p[LEN - 1] != mark;
+        sampled_pages_put(sp);
+    }
+    return (void *)bad;
+}
+
+static void test_sampled_pages_one_owner_at_a_time(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    pthread_t t[RACERS];
+    for (uintptr_t i = 0; i < RACERS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, race_one_length, (void *)(i + 1)), 0);
+    for (int i = 0; i < RACERS; i++) {
+        void *bad;
+        assert_int_equal(pthread_join(t[i], &bad), 0);
+        assert_int_equal((uintptr_t)bad, 0);
+    }
+    /* Everything came back: the cache holds at most 16 of this length. */
+    assert_true(sampled_pages_cached() <= (size_t)8 << 20);
+    sampled_pages_purge();
+    assert_int_equal(sampled_pages_dirty(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_sampled_pages_purge_empties_the_dirty_cache),
         cmocka_unit_test(test_sampled_pages_idle_mappings_decay),
         cmocka_unit_test(test_sampled_pages_cache_is_bounded),
+        cmocka_unit_test(test_sampled_pages_one_owner_at_a_time),
     };
     return cmocka_run_group_tests_name("sampled pages", tests, setup, teardown);
 }
