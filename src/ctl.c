@@ -138,8 +138,11 @@ static void snap_take(void)
     struct pageheap_stats ph;
     pageheap_get_stats(&ph);
     s.small_allocated = small_objects > s.tcache_bytes ? small_objects - s.tcache_bytes : 0;
-    s.large_allocated = ph.large + ph.sampled;
-    s.active = ph.small + ph.large + ph.sampled;
+    /* Sampled allocations' own mappings, counted by the profiler's shards
+     * under the locks it takes anyway (prof.h). */
+    size_t sampled = prof_own_mapping_bytes();
+    s.large_allocated = ph.large + sampled;
+    s.active = ph.small + ph.large + sampled;
     s.allocated = s.small_allocated + s.large_allocated;
     if (s.allocated > s.active)
         s.allocated = s.active;

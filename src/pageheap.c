@@ -33,7 +33,6 @@ static uint64_t nonempty[2][NBUCKETS / 64];
 static struct span *lru_head, *lru_tail;
 static struct span *spares;
 static struct pageheap_stats stats;
-static size_t sampled_bytes; /* stats.sampled, kept apart: changed without the lock */
 static long decay_ms = 10000;
 static uint64_t next_decay_check;
 
@@ -476,7 +475,6 @@ void pageheap_unregister_mapping(struct span *s)
  * the caller owns the allocation. */
 void pageheap_sampled_attach(struct span *s, void *sample, uintptr_t object)
 {
-    __atomic_fetch_add(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
     s->object = object;
     __atomic_store_n(&s->sample, sample, __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, SPAN_SAMPLED, __ATOMIC_RELEASE);
@@ -485,7 +483,6 @@ void pageheap_sampled_attach(struct span *s, void *sample, uintptr_t object)
 void pageheap_sampled_detach(struct span *s, unsigned state)
 {
     __atomic_store_n(&s->state, state, __ATOMIC_RELEASE);
-    __atomic_fetch_sub(&sampled_bytes, s->npages << SA_PAGE_SHIFT, __ATOMIC_RELAXED);
 }
 
 struct span *pageheap_sampled_span(const void *p)
@@ -526,7 +523,6 @@ void pageheap_get_stats(struct pageheap_stats *st)
     sa_lock(&ph_lock);
     *st = stats;
     sa_unlock(&ph_lock);
-    st->sampled = __atomic_load_n(&sampled_bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- invariants ---- */

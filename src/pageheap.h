@@ -58,7 +58,9 @@ bool pageheap_grow_in_place(struct span *s, size_t npages);
  * pageheap_sampled_attach() makes it the live sampled allocation of
  * `sample` (SPAN_SAMPLED), and again after pageheap_sampled_detach().
  * Every page of it is in the pagemap.
- * Attaching and detaching take no lock; registering takes the heap's.
+ * Attaching and detaching take no lock and count nothing (the profiler
+ * counts these bytes: prof_own_mapping_bytes); registering takes the
+ * heap's lock.
  * NULL on ENOMEM.  pageheap_unregister_mapping() forgets it (the caller
  * unmaps it). */
 struct span *pageheap_register_mapping(void *start, size_t npages);
@@ -90,7 +92,6 @@ struct pageheap_stats {
     size_t large;      /* bytes in live large spans */
     size_t small;      /* bytes in small spans */
     size_t purged;     /* bytes handed back with madvise, ever */
-    size_t sampled;    /* bytes in live sampled allocations' own mappings */
 };
 void pageheap_get_stats(struct pageheap_stats *st);
 

@@ -87,6 +87,7 @@ struct sample {
                          * further in when guarded (guard.h) */
     size_t usable;      /* Z */
     size_t map_len;     /* bytes mapped for it (whole salloc pages) */
+    size_t own_bytes;   /* its own mapping's, guard page included; 0: large */
     uint64_t rate;      /* R its interval was drawn with */
     struct prof_stack *stack;
     void *proxy;        /* small: an object of its class, held for its life */
@@ -105,6 +106,7 @@ static struct sample_shard {
     struct sample *live;  /* doubly linked */
     struct sample *spare; /* records to reuse */
     size_t count;
+    size_t own_bytes; /* of the live samples' own mappings (stats.allocated) */
 } shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
     [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
 };
@@ -341,6 +343,7 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
         /* Read without the lock; written only under it, so a plain
          * store will do (a locked add costs as much as the lock). */
         __atomic_store_n(&sh->count, sh->count + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&sh->own_bytes, sh->own_bytes + s->own_bytes, __ATOMIC_RELAXED);
     }
     sa_unlock(&sh->lock);
     return s;
@@ -359,6 +362,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
     if (s->next)
         s->next->prev = s->prev;
     __atomic_store_n(&sh->count, sh->count - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->own_bytes, sh->own_bytes - s->own_bytes, __ATOMIC_RELAXED);
     if (!keep) {
         s->next = sh->spare;
         sh->spare = s;
@@ -492,6 +496,7 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     }
     void *mem = (void *)object;
     struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable, .map_len = map_len,
+                                                   .own_bytes = span->npages << SA_PAGE_SHIFT,
                                                    .rate = rate, .stack = st, .proxy = proxy,
                                                    .guarded = guarded});
     if (!s) {
@@ -709,6 +714,14 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap)
         sa_unlock(&shards[i].lock);
     }
     return n;
+}
+
+size_t prof_own_mapping_bytes(void)
+{
+    size_t bytes = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        bytes += __atomic_load_n(&shards[i].own_bytes, __ATOMIC_RELAXED);
+    return bytes;
 }
 
 size_t prof_live_upper_bound(void)

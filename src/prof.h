@@ -78,6 +78,10 @@ const char *prof_prefix_get(void);
 /* Live sampled allocations (prof.sample_count). */
 size_t prof_sample_count(void);
 
+/* Bytes of the mappings of their own that live sampled allocations occupy,
+ * guard pages included (stats.allocated and stats.active count them). */
+size_t prof_own_mapping_bytes(void);
+
 /* ---- the calling thread ---- */
 bool prof_thread_active_get(void);
 void prof_thread_active_set(bool on);

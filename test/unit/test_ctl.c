@@ -11,6 +11,7 @@
 
 #include "../../include/salloc.h"
 #include "ctl.h"
+#include "dump.h"
 #include "prof.h"
 #include "unit.h"
 
@@ -409,6 +410,34 @@ static void test_ctl_stats_order_and_growth(void **state)
     assert_true(read_z("stats.allocated") < grown - big / 2);
 }
 
+/* A sampled small allocation lives on a mapping of its own: stats.allocated
+ * and stats.active count that mapping (its pages, from the profiler's
+ * shards) while it is live, and not after it is freed. */
+static void test_ctl_stats_count_sampled_mappings(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0); /* every allocation sampled */
+    enum { N = 8 };
+    void *p[N];
+    refresh();
+    size_t allocated = read_z("stats.allocated"), active = read_z("stats.active");
+    for (int i = 0; i < N; i++) {
+        p[i] = malloc(3 * SA_PAGE_SIZE + 1); /* 4 pages of its own */
+        assert_true(prof_is_sampled(p[i]));
+    }
+    refresh();
+    size_t own = N * 4 * SA_PAGE_SIZE;
+    assert_true(read_z("stats.allocated") >= allocated + own);
+    assert_true(read_z("stats.active") >= active + own);
+    assert_true(read_z("stats.allocated") <= allocated + own + ((size_t)256 << 10));
+    for (int i = 0; i < N; i++)
+        free(p[i]);
+    prof_lg_sample_set(saved);
+    refresh();
+    assert_true(read_z("stats.allocated") < allocated + own / 2);
+}
+
 static void test_ctl_thread_counters(void **state)
 {
     (void)state;
@@ -526,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_ctl_prof_disabled),
         cmocka_unit_test(test_ctl_mib_round_trip),
         cmocka_unit_test(test_ctl_stats_order_and_growth),
+        cmocka_unit_test(test_ctl_stats_count_sampled_mappings),
         cmocka_unit_test(test_ctl_thread_counters),
         cmocka_unit_test(test_ctl_stats_print_text),
         cmocka_unit_test(test_ctl_stats_print_json),
