@@ -25,28 +25,33 @@ static const double sa_inverse[22] = {
 };
 
 /* ln(x) for finite normal x > 0.  x = m * 2^e with m in [sqrt(1/2),
- * sqrt(2)), and m = b * (m / b) with b = j/64 the nearest table point:
- * ln(m) = ln(b) + 2 atanh(s), s = (m - b)/(m + b), where m - b is exact
- * and |s| < 0.0056, so four odd terms of the series reach 1e-21.  About a
- * third of the time of the plain series over [sqrt(1/2), sqrt(2)) it
- * replaced (eleven terms); one is taken per sample. */
+ * sqrt(2)), found with integer operations alone (adding the bits of 1 less
+ * those of sqrt(1/2) carries into the exponent exactly when m would reach
+ * sqrt(2); no branch to mispredict on random input), and m = b (1 + t)
+ * with b = j/64 the nearest table point: t = (m - b) * (64/j), where m - b
+ * is exact and |t| < 1/90, so eight terms of ln(1 + t)'s series reach
+ * 4e-17 of the result.  The series is evaluated as four independent pairs
+ * (Estrin), and the table gives 64/j so that no division waits in the
+ * chain: about half the latency of the atanh series it replaced, and one
+ * is taken per sample.  Near 1 (j = 64, e = 0) the result is the series
+ * alone, so it keeps its relative accuracy. */
 static inline double sa_ln(double x)
 {
+    const uint64_t sqrt_half = 0x3fe6a09e667f3bcdull, one = 0x3ff0000000000000ull;
     uint64_t bits;
     memcpy(&bits, &x, sizeof(bits));
-    int e = (int)((bits >> 52) & 0x7ff) - 1023;
-    bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1,2) */
+    uint64_t shifted = bits + (one - sqrt_half);
+    int e = (int)(shifted >> 52) - 0x3ff;
+    uint64_t mbits = (shifted & 0x000fffffffffffffull) + sqrt_half;
     double m;
-    memcpy(&m, &bits, sizeof(m));
-    if (m > 1.41421356237309504880) {
-        m *= 0.5;
-        e++;
-    }
+    memcpy(&m, &mbits, sizeof(m));
     int j = (int)(m * 64 + 0.5);
-    double b = j * (1.0 / 64);
-    double s = (m - b) / (m + b), s2 = s * s;
-    double series = 2 * s * (1 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7))));
-    return e * SA_LN2 + (sa_ln_table[j - SA_LN_TABLE_FIRST] + series);
+    const double *row = sa_ln_table[j - SA_LN_TABLE_FIRST];
+    double t = (m - j * (1.0 / 64)) * row[1];
+    double t2 = t * t, t4 = t2 * t2;
+    double series = t * (((1 - t * (1.0 / 2)) + t2 * (1.0 / 3 - t * (1.0 / 4))) +
+                         t4 * ((1.0 / 5 - t * (1.0 / 6)) + t2 * (1.0 / 7 - t * (1.0 / 8))));
+    return e * SA_LN2 + (row[0] + series);
 }
 
 /* e^x for x <= 0 (0 below -745).  x = k ln2 + r with |r| <= ln2/2; e^r by
