@@ -178,13 +178,11 @@ static void maybe_decay(uint64_t now)
 struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
 {
     size_t pages = len >> SA_PAGE_SHIFT;
-    if (has_hot_slot(pages) && align <= SA_PAGE_SIZE &&
-        __atomic_load_n(&hot[pages], __ATOMIC_RELAXED)) {
-        struct span *s = __atomic_exchange_n(&hot[pages], NULL, __ATOMIC_ACQUIRE);
-        if (s) {
-            *zeroed = false;
-            return s;
-        }
+    struct span *hot_one =
+        has_hot_slot(pages) && align <= SA_PAGE_SIZE ? take_hot(pages, UINT64_MAX) : NULL;
+    if (hot_one) {
+        *zeroed = false; /* hot mappings are dirty */
+        return hot_one;
     }
     if (pages < NLENGTHS && align <= SA_PAGE_SIZE) {
         struct kept k = {NULL, false, 0};
