@@ -23,6 +23,10 @@
  * from anyone's.  A thread then keeps to spans of its own, as mimalloc's
  * thread-owned pages do, at the price of a partly used span per class and
  * thread.
+ *
+ * The pages of such a span carry its owner's tag (pagemap.h), so that
+ * free() sends another live thread's objects back here (tcache.h, remote
+ * frees) instead of letting the freeing thread reuse them.
  */
 #include "central.h"
 
@@ -139,6 +143,11 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
         if (size <= AFFINITY_MAX_SIZE) {
             s->owner = owner.gen;
             s->owner_gen = owner.value;
+            unsigned tag = owner.gen ? owner.tag : 0;
+            if (s->owner_tag != tag) {
+                s->owner_tag = (uint8_t)tag;
+                pagemap_set_owner_range(span_page(s), s->npages, tag);
+            }
         }
         while (got < want) {
             void *obj = s->freelist;

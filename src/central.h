@@ -16,10 +16,12 @@
 
 /* Who takes a batch, for span affinity (central.c): a word the owner
  * changes when it goes away (a thread cache's generation, bumped at thread
- * exit) and its value now.  An owner with a NULL word is anonymous. */
+ * exit), its value now, and the owner tag its spans' pages get (pagemap.h;
+ * tcache.h).  An owner with a NULL word is anonymous (tag 0). */
 struct central_owner {
     const uint32_t *gen;
     uint32_t value;
+    unsigned tag;
 };
 
 /* Takes up to `want` (>= 1) objects of class `cls` for `owner`: returns how

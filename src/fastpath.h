@@ -4,7 +4,9 @@
  * malloc: class = one table load (sizes up to 1 KiB index it directly);
  *         pop the thread cache's list; charge the object's size to the
  *         sampling counter (sampler.h).
- * free:   class = one pagemap lookup; push onto the list if it has room.
+ * free:   class and owner tag = one pagemap lookup; push onto the list if
+ *         it has room and the object is not another thread's (tcache.h,
+ *         remote frees).
  *         thread.deallocated costs nothing here: it is derived (tcache.h).
  *
  * Each leaves for one out-of-line slow function (malloc.c):
@@ -14,7 +16,7 @@
  *     go negative; it is left uncharged for the slow path to account);
  *   - free: the list has no room, which also covers class 0 (large, NULL,
  *     invalid or foreign pointers: bins[0].room is always 0) and the thread
- *     with no cache.
+ *     with no cache; or the page's owner tag is another thread's.
  * No lock, no atomic read-modify-write, no division.  The instruction counts
  * are guarded by bench/fastpath.golden (make bench-callgrind-check).
  */
@@ -65,9 +67,10 @@ SA_FAST_PATH void *fast_malloc(size_t size)
 
 SA_FAST_PATH void fast_free(void *p)
 {
-    unsigned cls = pagemap_class(p);
-    struct tcache_bin *bin = &tcache_get()->bins[cls];
-    if (likely(bin->room != 0)) {
+    unsigned owner, cls = pagemap_class_owner(p, &owner);
+    struct tcache *tc = tcache_get();
+    struct tcache_bin *bin = &tc->bins[cls];
+    if (likely((owner & tc->foreign_owners) == 0) && likely(bin->room != 0)) {
         tcache_bin_push(bin, p);
         return;
     }

@@ -55,7 +55,7 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
         struct tcache_bin *bin = &tc->bins[cls];
         obj = bin->head ? tcache_bin_pop(bin, bin->head) : tcache_refill(tc, cls);
     } else {
-        obj = central_alloc_batch(cls, 1, (struct central_owner){NULL, 0}, &obj, &tail) ? obj
+        obj = central_alloc_batch(cls, 1, (struct central_owner){NULL, 0, 0}, &obj, &tail) ? obj
                                                                                       : NULL;
     }
     /* Under opt.check every allocation comes here: the block is out now,
@@ -304,6 +304,10 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
     struct tcache *tc = init_thread_cache();
     if (!tc) {
         central_free_batch(cls, p, 1);
+        return;
+    }
+    if (pagemap_owner_of(p) & tc->foreign_owners) { /* another thread's (tcache.h) */
+        tcache_remote_free(tc, cls, p);
         return;
     }
     struct tcache_bin *bin = &tc->bins[cls];

@@ -333,6 +333,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     s->sample = NULL;
     s->owner = NULL;
     s->owner_gen = 0;
+    s->owner_tag = 0; /* and its pages' (pagemap_set_class_range) */
     s->allocated = s->carved = 0;
     s->on_list = 0;
     s->cls = (uint8_t)cls;

@@ -56,5 +56,15 @@ void pagemap_set_class_range(uintptr_t page, size_t npages, unsigned cls)
         uintptr_t p = page + k;
         __atomic_store_n(&leaf_of_page(p)->cls[p & (PM_LEAF_LEN - 1)], (uint8_t)cls,
                          __ATOMIC_RELEASE);
+        __atomic_store_n(&leaf_of_page(p)->owner[p & (PM_LEAF_LEN - 1)], 0, __ATOMIC_RELAXED);
+    }
+}
+
+void pagemap_set_owner_range(uintptr_t page, size_t npages, unsigned owner)
+{
+    for (size_t k = 0; k < npages; k++) {
+        uintptr_t p = page + k;
+        __atomic_store_n(&leaf_of_page(p)->owner[p & (PM_LEAF_LEN - 1)], (uint8_t)owner,
+                         __ATOMIC_RELAXED);
     }
 }

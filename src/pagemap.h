@@ -4,7 +4,7 @@
  * A two-level radix tree over the 48-bit address space: the root (static,
  * in .bss, untouched entries cost nothing) has 2^17 entries of 2 GiB each;
  * a leaf, mapped on first use, holds for each of its 2^18 pages the span
- * record and the size-class byte.
+ * record, the size-class byte and the owner tag.
  *
  * Readers are lock-free (relaxed atomic loads: leaves are never freed, and
  * an entry is published before any pointer into its page leaves the page
@@ -14,6 +14,14 @@
  *   - class byte: nonzero iff the page is in an in-use small span, then that
  *     span's class.  free() trusts it: class 0 sends a pointer to the slow
  *     path (large, invalid, or not ours).
+ *   - owner tag: for a small span of a class that keeps to its threads
+ *     (central.c, span affinity), the tag of the thread cache that owns it
+ *     (tcache.h), else 0.  free() caches an object only if the tag is 0 or
+ *     its own; another live thread's object goes back towards its span
+ *     instead, so no thread reuses memory that shares cache lines with
+ *     another thread's live objects.  A hint: written by the class's central
+ *     list under its lock, reset to 0 with the class byte, and a stale tag
+ *     costs a detour, never correctness.
  *   - span pointer: every page of a small span; the first and last page of a
  *     free or large span.  Other entries may be stale, pointing at a record
  *     that now describes other pages, so readers check span->start (or the
@@ -43,13 +51,14 @@
 struct pm_leaf {
     struct span *span[PM_LEAF_LEN];
     uint8_t cls[PM_LEAF_LEN];
+    uint8_t owner[PM_LEAF_LEN]; /* right after cls: one base serves both */
 };
 
 extern struct pm_leaf *pm_root[PM_ROOT_LEN];
 
 struct pm_classes {
     uintptr_t offset[PM_ROOT_LEN];   /* leaf->cls - zero, or 0 */
-    uint8_t zero[PM_LEAF_LEN];       /* what a missing leaf reads: class 0 */
+    uint8_t zero[2 * PM_LEAF_LEN];   /* what a missing leaf reads: class 0, owner 0 */
 };
 extern struct pm_classes pm_classes;
 
@@ -75,16 +84,35 @@ static inline size_t pm_leaf_index(uintptr_t addr)
  * (pagemap_check_every_free), so that every free goes to the slow path,
  * which checks it: slow paths that need the real class use
  * pagemap_class_of(). */
-static inline unsigned pagemap_class(const void *p)
+/* The class byte of `p`'s page in the fast table: the owner tag lies
+ * PM_LEAF_LEN bytes further.  Points into `zero` for a page with no leaf.
+ * The caller has checked that `p` is inside the 48-bit space. */
+static inline const uint8_t *pagemap_fast_entry(const void *p)
 {
-    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
-    if (unlikely(root >= PM_ROOT_LEN))
-        return 0;
-    uintptr_t off = __atomic_load_n(&pm_classes.offset[root], __ATOMIC_RELAXED);
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t off = __atomic_load_n(&pm_classes.offset[pm_root_index_unmasked(a)], __ATOMIC_RELAXED);
     /* In integers: the sum points into another object (the leaf's class
      * array), which pointer arithmetic from `zero` may not reach in C. */
-    const uint8_t *cls = (const uint8_t *)((uintptr_t)pm_classes.zero + off + pm_leaf_index(a));
-    return __atomic_load_n(cls, __ATOMIC_RELAXED);
+    return (const uint8_t *)((uintptr_t)pm_classes.zero + off + pm_leaf_index(a));
+}
+
+static inline unsigned pagemap_class(const void *p)
+{
+    if (unlikely(pm_root_index_unmasked((uintptr_t)p) >= PM_ROOT_LEN))
+        return 0;
+    return __atomic_load_n(pagemap_fast_entry(p), __ATOMIC_RELAXED);
+}
+
+/* pagemap_class(), and the page's owner tag in *owner: free()'s lookup. */
+static inline unsigned pagemap_class_owner(const void *p, unsigned *owner)
+{
+    if (unlikely(pm_root_index_unmasked((uintptr_t)p) >= PM_ROOT_LEN)) {
+        *owner = 0;
+        return 0;
+    }
+    const uint8_t *e = pagemap_fast_entry(p);
+    *owner = __atomic_load_n(e + PM_LEAF_LEN, __ATOMIC_RELAXED);
+    return __atomic_load_n(e, __ATOMIC_RELAXED);
 }
 
 /* What pagemap_class() answers outside opt.check, for slow paths: through
@@ -96,6 +124,17 @@ static inline unsigned pagemap_class_of(const void *p)
         return 0;
     struct pm_leaf *leaf = __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE);
     return leaf ? __atomic_load_n(&leaf->cls[pm_leaf_index(a)], __ATOMIC_RELAXED) : 0;
+}
+
+/* The owner tag of `p`'s page through the leaf pointer (slow paths; 0 if
+ * there is no leaf). */
+static inline unsigned pagemap_owner_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
+    if (root >= PM_ROOT_LEN)
+        return 0;
+    struct pm_leaf *leaf = __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE);
+    return leaf ? __atomic_load_n(&leaf->owner[pm_leaf_index(a)], __ATOMIC_RELAXED) : 0;
 }
 
 /* opt.check: from now on pagemap_class() answers 0 everywhere.  Called
@@ -122,7 +161,11 @@ bool pagemap_ensure(uintptr_t page, size_t npages);
 /* Records `s` for one page / for every page of [page, page + npages). */
 void pagemap_set_span(uintptr_t page, struct span *s);
 void pagemap_set_span_range(uintptr_t page, size_t npages, struct span *s);
-/* Sets the class byte of every page of [page, page + npages). */
+/* Sets the class byte of every page of [page, page + npages), and its owner
+ * tag to 0. */
 void pagemap_set_class_range(uintptr_t page, size_t npages, unsigned cls);
+/* Sets the owner tag of every page of [page, page + npages): the class's
+ * central lock is held instead (the span is its). */
+void pagemap_set_owner_range(uintptr_t page, size_t npages, unsigned owner);
 
 #endif

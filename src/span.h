@@ -51,6 +51,7 @@ struct span {
     uint8_t cls;         /* small: its size class */
     uint8_t dirty;       /* free: pages may be resident (not purged) */
     uint8_t on_list;     /* small: on its central list's partial list */
+    uint8_t owner_tag;   /* small: the owner tag its pages carry (pagemap.h) */
     uint32_t allocated;  /* small: objects handed out (thread caches + user) */
     uint32_t carved;     /* small: objects ever cut from the span (bump) */
     void *freelist;      /* small: returned objects, linked through word 0 */

@@ -41,6 +41,20 @@ struct tcache tcache_empty;
 static sa_lock_t registry_lock = SA_LOCK_INITIALIZER(LOCK_RANK_TCACHES);
 static struct tcache *registry; /* live caches */
 static struct tcache *spare;    /* records of exited threads, linked by next */
+static uint32_t records_made;   /* numbers records for their owner tags */
+
+/* The n-th byte with exactly four bits set, n taken modulo their number,
+ * 70: no such byte is a subset of another, which free()'s one-test owner
+ * check relies on (tcache.h).  Live threads have distinct tags up to 70
+ * records (records are reused); beyond that a shared tag only lets two
+ * threads reuse each other's objects, as every thread could without tags. */
+static unsigned next_owner_tag(void)
+{
+    uint32_t n = __atomic_fetch_add(&records_made, 1, __ATOMIC_RELAXED) % 70;
+    for (unsigned tag = 0;; tag++)
+        if (__builtin_popcount(tag) == 4 && n-- == 0)
+            return tag;
+}
 
 static uint32_t class_cap(unsigned cls)
 {
@@ -59,10 +73,18 @@ struct tcache *tcache_create(void)
     if (tc)
         spare = tc->next;
     sa_unlock(&registry_lock);
-    if (!tc && !(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
-        return NULL;
+    unsigned tag;
+    if (tc) {
+        tag = tc->owner_tag; /* the record keeps its tag */
+    } else {
+        if (!(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
+            return NULL;
+        tag = next_owner_tag();
+    }
 
     memset(tc, 0, offsetof(struct tcache, incarnation)); /* 0 in a fresh record */
+    tc->owner_tag = (uint8_t)tag;
+    tc->foreign_owners = (uint8_t)~tag;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         tc->bins[cls].size = (uint32_t)sizeclass_size(cls);
         tcache_bin_set_max(&tc->bins[cls], TCACHE_INITIAL_MAX < sizeclass_batch(cls)
@@ -94,10 +116,34 @@ static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
     central_free_batch(cls, head, n);
 }
 
+/* Gives the remote chain of `cls` to the central list. */
+static void flush_remote(struct tcache *tc, unsigned cls)
+{
+    struct tcache_remote *r = &tc->remote[cls];
+    if (r->count == 0)
+        return;
+    tc->dealloc_adjust += (uint64_t)r->count * sizeclass_size(cls); /* as flush_bin */
+    central_free_batch(cls, r->head, r->count);
+    r->head = NULL;
+    __atomic_store_n(&r->count, 0, __ATOMIC_RELAXED); /* stats read it racily */
+}
+
+void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj)
+{
+    struct tcache_remote *r = &tc->remote[cls];
+    *(void **)obj = r->head;
+    r->head = obj;
+    __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELAXED); /* stats read it racily */
+    if (r->count >= sizeclass_batch(cls))
+        flush_remote(tc, cls);
+}
+
 void tcache_flush_all(struct tcache *tc)
 {
-    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         flush_bin(tc, cls, tcache_bin_count(&tc->bins[cls]));
+        flush_remote(tc, cls);
+    }
 }
 
 /* The record's thread is gone: spans it owned become anyone's. */
@@ -126,7 +172,7 @@ size_t tcache_cached_bytes(const struct tcache *tc)
 {
     size_t bytes = 0;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        bytes += tcache_bin_count(&tc->bins[cls]) * sizeclass_size(cls);
+        bytes += (tcache_bin_count(&tc->bins[cls]) + tc->remote[cls].count) * sizeclass_size(cls);
     return bytes;
 }
 
@@ -164,7 +210,7 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
     void *head, *tail;
     /* Slow start: fetch max objects (it starts small), so a short-lived
      * thread that wants one object does not carve and touch a whole batch. */
-    struct central_owner me = {&tc->incarnation, tc->incarnation};
+    struct central_owner me = {&tc->incarnation, tc->incarnation, tc->owner_tag};
     unsigned n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, me, &head, &tail);
     if (n == 0)
         return NULL;
@@ -205,7 +251,8 @@ size_t tcache_all_cached_bytes(void)
         for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
             uint16_t room = __atomic_load_n(&tc->bins[cls].room, __ATOMIC_RELAXED);
             uint16_t max = __atomic_load_n(&tc->bins[cls].max, __ATOMIC_RELAXED);
-            bytes += (max > room ? max - room : 0) * sizeclass_size(cls);
+            uint32_t remote = __atomic_load_n(&tc->remote[cls].count, __ATOMIC_RELAXED);
+            bytes += ((max > room ? max - room : 0) + remote) * sizeclass_size(cls);
         }
     sa_unlock(&registry_lock);
     return bytes;
@@ -223,6 +270,14 @@ void tcache_check(const struct tcache *tc)
             (cls == 0 && (bin->max || bin->head)))
             sa_fatal("tcache: list of class %u holds %u objects, max %u room %u", cls, n,
                      bin->max, bin->room);
+        const struct tcache_remote *r = &tc->remote[cls];
+        n = 0;
+        for (void *o = r->head; o; o = *(void **)o)
+            if (++n > r->count)
+                break;
+        if (n != r->count || (cls != 0 && r->count >= sizeclass_batch(cls)))
+            sa_fatal("tcache: remote chain of class %u holds %u objects, count %u", cls, n,
+                     r->count);
     }
 }
 

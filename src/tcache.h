@@ -28,6 +28,19 @@
  *
  *     thread.deallocated = thread.allocated + bytes on the lists + dealloc_adjust
  *
+ * Remote frees.  Each cache has an owner tag, a byte with four of its eight
+ * bits set, and the spans it owns carry it in the pagemap (pagemap.h,
+ * central.c).  free() pushes an object onto the list only if its page's
+ * tag is 0 (no owner) or the cache's own: another thread's object would
+ * otherwise be handed out again here, next to that thread's live objects
+ * in one cache line (false sharing).  Since no such byte is a subset of
+ * another, one test tells the cases apart: page tag & ~own tag is zero
+ * exactly for 0 and the own tag (`foreign_owners` holds ~own tag).
+ * Another thread's object goes to the slow path instead, onto the class's
+ * `remote` chain, which goes back to the central list a batch at a time.
+ * Remote objects count as cached bytes: the derivation below holds with
+ * "lists" meaning both.
+ *
  * Only the owning thread touches its cache, except: the registry links
  * (under the registry lock), and fork.c's child handler.
  */
@@ -67,12 +80,24 @@ struct tcache_prof {
     char name[64];       /* thread.prof.name, "" if unset */
 };
 
+/* Objects freed by this thread that belong to another thread's spans, on
+ * their way back to the central list. */
+struct tcache_remote {
+    void *head;     /* linked through word 0 */
+    uint32_t count;
+};
+
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
     /* Bytes the thread may still allocate before the next sample is due.
      * malloc's fast path subtracts each object's usable size and goes to
      * the slow path instead of letting it drop below zero (sampler.h). */
     int64_t bytes_until_sample;
+    /* ~owner_tag (8 bits): free() caches an object only if its page's owner
+     * tag has none of these bits (remote frees, above).  0 in tcache_empty,
+     * whose rooms are 0 anyway. */
+    uint8_t foreign_owners;
+    uint8_t owner_tag;
     /* Balances thread.deallocated's derivation (above); slow paths only.
      * Modulo 2^64, like the counts it balances. */
     uint64_t dealloc_adjust;
@@ -81,6 +106,7 @@ struct tcache {
     uint32_t events;                      /* refills + overflows, for budget checks */
 
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
+    struct tcache_remote remote[SA_NUM_CLASSES];
     struct tcache *next, *prev;           /* registry, under its lock */
     /* Bumped when the record's thread goes away (exit, or absent from a fork
      * child): spans it owned become anyone's (central.h, span affinity).
@@ -137,6 +163,9 @@ void *tcache_refill(struct tcache *tc, unsigned cls);
 /* Slow path of free: the list of `cls` is at its limit.  Takes `obj` and
  * gives a batch back to the central list. */
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
+/* Slow path of free: `obj`, of class `cls`, is in a span another thread
+ * owns.  Chains it for the central list (remote frees, above). */
+void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj);
 /* Gives every cached object back (thread.tcache.flush, malloc_trim). */
 void tcache_flush_all(struct tcache *tc);
 

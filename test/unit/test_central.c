@@ -23,7 +23,7 @@ static void take_as(struct central_owner owner, unsigned cls, unsigned n, void *
 
 static void take(unsigned cls, unsigned n, void **out)
 {
-    take_as((struct central_owner){NULL, 0}, cls, n, out);
+    take_as((struct central_owner){NULL, 0, 0}, cls, n, out);
 }
 
 static void give(unsigned cls, unsigned n, void **objs)
@@ -124,7 +124,7 @@ static void test_central_live_owners_get_their_own_spans(void **state)
     (void)state;
     unsigned cls = sizeclass_of(16);
     uint32_t gen_a = 7, gen_b = 3;
-    struct central_owner a = {&gen_a, gen_a}, b = {&gen_b, gen_b};
+    struct central_owner a = {&gen_a, gen_a, 1}, b = {&gen_b, gen_b, 2};
     enum { N = 64 };
     void *objs_a[N], *objs_b[N], *again[N];
     take_as(a, cls, N, objs_a);

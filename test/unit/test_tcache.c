@@ -2,7 +2,9 @@
  * test_tcache.c: a thread cache's refill, overflow, adaptive limits, budget
  * and destruction, on caches made for the test (not the thread's own), plus
  * the thread's own cache across thread exit; thread.deallocated, which is
- * derived rather than counted, stays exact through every slow path.
+ * derived rather than counted, stays exact through every slow path; remote
+ * frees (another live thread's objects) go back to their spans, not into
+ * the freeing thread's hands.
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -154,6 +156,120 @@ static void test_tcache_thread_exit_returns_cache(void **state)
     assert_true(tcache_all_cached_bytes() < (size_t)1 << 20);
 }
 
+/* ---- remote frees (tcache.h) ---- */
+
+/* Every live cache has its own tag, a byte with four bits set (so none is
+ * a subset of another: free()'s one-test check), and foreign_owners is its
+ * complement. */
+static void test_tcache_owner_tags_are_distinct_four_bit_bytes(void **state)
+{
+    (void)state;
+    enum { N = 40 }; /* with the records made before: at most 70 in all */
+    struct tcache *tc[N];
+    for (int i = 0; i < N; i++) {
+        tc[i] = tcache_create();
+        assert_non_null(tc[i]);
+        assert_int_equal(__builtin_popcount(tc[i]->owner_tag), 4);
+        assert_int_equal(tc[i]->foreign_owners, (uint8_t)~tc[i]->owner_tag);
+        assert_int_not_equal(tc[i]->owner_tag, tcache_get()->owner_tag);
+        for (int j = 0; j < i; j++)
+            assert_int_not_equal(tc[i]->owner_tag, tc[j]->owner_tag);
+    }
+    for (int i = 0; i < N; i++)
+        tcache_destroy(tc[i]);
+}
+
+#define HANDED 256
+#define HANDED_SIZE 16
+
+struct passive {
+    void *handed[HANDED]; /* the main thread's, freed by the other thread */
+    void *got[HANDED];    /* what the other thread allocates afterwards */
+};
+
+static void *free_then_allocate(void *arg)
+{
+    struct passive *run = arg;
+    for (int i = 0; i < HANDED; i++)
+        free(run->handed[i]);
+    for (int i = 0; i < HANDED; i++)
+        run->got[i] = malloc(HANDED_SIZE);
+    return NULL;
+}
+
+static uintptr_t line_of(const void *p) { return (uintptr_t)p / 64; }
+
+/* Hoard's passive false sharing: this thread allocates objects in pairs,
+ * keeps one of each and hands the other to a thread that frees them and
+ * allocates as many.  None of its objects may share a cache line with the
+ * ones kept here: the handed objects go back to this thread's spans (the
+ * remote chain, then the central list), not into the other thread's list. */
+static void test_tcache_remote_frees_do_not_share_lines(void **state)
+{
+    (void)state;
+    static struct passive run;
+    void *kept[HANDED];
+    for (int i = 0; i < HANDED; i++) {
+        kept[i] = malloc(HANDED_SIZE);
+        run.handed[i] = malloc(HANDED_SIZE);
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_then_allocate, &run), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    size_t shared = 0;
+    for (int i = 0; i < HANDED; i++)
+        for (int j = 0; j < HANDED; j++)
+            shared += line_of(run.got[i]) == line_of(kept[j]);
+    assert_int_equal(shared, 0);
+    for (int i = 0; i < HANDED; i++) {
+        free(kept[i]);
+        free(run.got[i]); /* now the exited thread's: anyone's */
+    }
+}
+
+struct few_remote {
+    void *objs[3];
+    unsigned cls;
+    size_t start, held, after_flush; /* the class's central allocated count */
+    uint32_t chained;                /* the thread's remote chain, before the flush */
+};
+
+static size_t central_allocated(unsigned cls)
+{
+    struct central_stats st;
+    central_get_stats(cls, &st);
+    return st.allocated;
+}
+
+static void *free_few_then_flush(void *arg)
+{
+    struct few_remote *f = arg;
+    for (int i = 0; i < 3; i++)
+        free(f->objs[i]);
+    f->chained = tcache_get()->remote[f->cls].count;
+    f->held = central_allocated(f->cls);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    f->after_flush = central_allocated(f->cls);
+    return NULL;
+}
+
+/* Fewer remote frees than a batch wait on the chain, counted as cached,
+ * and thread.tcache.flush gives them back to the central list. */
+static void test_tcache_remote_chain_is_flushed(void **state)
+{
+    (void)state;
+    struct few_remote f = {.cls = sizeclass_of(48)};
+    for (int i = 0; i < 3; i++)
+        f.objs[i] = malloc(48);
+    f.start = central_allocated(f.cls);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_few_then_flush, &f), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(f.chained, 3);
+    assert_int_equal(f.held, f.start);
+    assert_int_equal(f.after_flush, f.start - 3);
+}
+
 /* ---- thread.deallocated (derived: tcache.h) ---- */
 
 static uint64_t read_u64(const char *name)
@@ -275,6 +391,9 @@ int main(void)
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
+        cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
+        cmocka_unit_test(test_tcache_remote_frees_do_not_share_lines),
+        cmocka_unit_test(test_tcache_remote_chain_is_flushed),
         cmocka_unit_test(test_tcache_deallocated_is_exact),
     };
     return cmocka_run_group_tests_name("tcache", tests, NULL, NULL);
