@@ -132,6 +132,25 @@ static void test_api_realloc_preserves_contents(void **state)
     free(p);
 }
 
+/* A small block that must move to grow moves to one a quarter larger at
+ * least (about half the moves of going class by class), keeping its
+ * bytes; a block that fits stays. */
+static void test_api_realloc_grows_by_a_quarter_when_moving(void **state)
+{
+    (void)state;
+    unsigned char *p = malloc(1024);
+    fill(p, 1024, 5);
+    unsigned char *q = realloc(p, 1025);
+    assert_non_null(q);
+    assert_true(malloc_usable_size(q) >= 1024 + 1024 / 4);
+    check(q, 1024, 5);
+    assert_ptr_equal(realloc(q, 1030), q); /* room now: in place */
+    q = realloc(q, 2000); /* asks for more than a quarter: its own class */
+    assert_int_equal(malloc_usable_size(q), sizeclass_size(sizeclass_of(2000)));
+    check(q, 1024, 5);
+    free(q);
+}
+
 /* A large block grows in place when the pages after it are free.  (With
  * sampling off: a sampled block lives on its own mapping and moves.) */
 static void test_api_realloc_large_grows_in_place(void **state)
@@ -351,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_api_unservable_sizes_fail_with_enomem),
         cmocka_unit_test(test_api_calloc_zeroes_reused_memory),
         cmocka_unit_test(test_api_realloc_preserves_contents),
+        cmocka_unit_test(test_api_realloc_grows_by_a_quarter_when_moving),
         cmocka_unit_test(test_api_realloc_large_grows_in_place),
         cmocka_unit_test(test_api_reallocarray),
         cmocka_unit_test(test_api_alignment_functions),
