@@ -38,11 +38,17 @@ double sampler_uniform(uint64_t *state)
     return (double)((next_random(state) >> 11) + 1) * 0x1.0p-53;
 }
 
-int64_t sampler_draw(uint64_t *state, uint64_t rate)
+/* An exponential variate of mean 1. */
+static double unit_exponential(uint64_t *state) { return -sa_ln(sampler_uniform(state)); }
+
+/* A unit exponential as an interval of mean `rate` bytes. */
+static int64_t scale(double unit, uint64_t rate)
 {
-    double x = -sa_ln(sampler_uniform(state)) * (double)rate;
+    double x = unit * (double)rate;
     return x >= 0x1.0p62 ? (int64_t)1 << 62 : (int64_t)x;
 }
+
+int64_t sampler_draw(uint64_t *state, uint64_t rate) { return scale(unit_exponential(state), rate); }
 
 static int64_t remaining(const struct tcache *tc) { return tc->bytes_until_sample + tc->prof.carry; }
 
@@ -68,7 +74,11 @@ static void new_interval(struct tcache *tc)
     tc->prof.rate = 0;
     if (tc->prof.active && __atomic_load_n(&global_on, __ATOMIC_RELAXED)) {
         tc->prof.rate = (uint64_t)1 << sampler_lg();
-        next = sampler_draw(&tc->prof.prng, tc->prof.rate);
+        /* The variate drawn one interval ahead: nothing waits for the one
+         * drawn now (its logarithm's latency, some 70 cycles, overlaps the
+         * sample's other work), and the intervals stay independent draws. */
+        next = scale(tc->prof.next_unit, tc->prof.rate);
+        tc->prof.next_unit = unit_exponential(&tc->prof.prng);
     }
     set_remaining(tc, next);
     tc->prof.alloc_base = allocated + (uint64_t)next;
@@ -94,6 +104,7 @@ void sampler_thread_init(struct tcache *tc)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     tc->prof.prng = z ? z : 1;
+    tc->prof.next_unit = unit_exponential(&tc->prof.prng);
     tc->prof.gen = 0; /* forces the first draw */
     tc->bytes_until_sample = 0;
     tc->prof.carry = 0;

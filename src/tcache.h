@@ -66,6 +66,7 @@ struct tcache_bin {
  * by sampler.c and prof.c (slow paths). */
 struct tcache_prof {
     uint64_t prng;       /* xorshift state, seeded per thread */
+    double next_unit;    /* the next interval's exponential variate, of mean 1 */
     uint64_t rate;       /* R the current interval was drawn with; 0: not sampling */
     int64_t carry;       /* rest of the interval beyond bytes_until_sample */
     uint64_t alloc_base; /* thread.allocated = alloc_base - (bytes_until_sample + carry) */
