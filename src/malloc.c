@@ -377,6 +377,24 @@ static inline void count_unsampled(struct tcache *tc, size_t bytes)
  * now, and a buffer grown by appends is not decided again at each append
  * (charging the whole block each time made an append loop sample, and move
  * to fresh pages, once every R / size appends). */
+/* A block that realloc grows to this size or more gets a span of its own
+ * (page-granular, as a large block) instead of a size class: the next
+ * growth can then take the free pages after it instead of moving, as
+ * jemalloc's extents do from 16 KiB.  Copying 32 KiB costs more than the
+ * page heap's lock. */
+#define REALLOC_SPAN_MIN ((size_t)32 << 10)
+
+/* realloc's request for a block grown to `size` bytes (no more than a
+ * request_for() of at least that size has already allowed: cannot fail). */
+static void growth_request(size_t size, struct request *r)
+{
+    request_for(size, 1, r);
+    if (r->cls && size >= REALLOC_SPAN_MIN) {
+        r->cls = 0;
+        r->usable = r->pages << SA_PAGE_SHIFT;
+    }
+}
+
 SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
@@ -395,6 +413,8 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
             count_unsampled(tc, old);
         return p;
     }
+    if (n > old)
+        growth_request(n, &r);
     struct span *large = cls ? NULL : pageheap_large_span(p);
     if (large && !r.cls && resize_large(large, r.pages)) {
         size_t charge = r.usable >= old ? r.usable - old : r.usable;
@@ -413,10 +433,11 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
     }
     /* Moving to grow: by a quarter at least, so a buffer grown by small
      * appends moves (and copies) about half as often as the classes
-     * (an eighth apart) would have it.  Small blocks only: a large one
-     * grows in place when it can, and must not fail for the extra. */
+     * (an eighth apart) would have it.  Not for a block past the small
+     * sizes: it grows in place when it can, and must not fail for the
+     * extra. */
     if (n > old && n - old < old / 4 && old + old / 4 <= SA_MAX_SMALL)
-        request_for(old + old / 4, 1, &r); /* small: cannot fail */
+        growth_request(old + old / 4, &r);
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
     void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
@@ -467,11 +488,20 @@ SA_EXPORT void *realloc(void *p, size_t n)
      * the sampler nothing (see realloc_slow).  A thread with no cache yet
      * (tcache_empty, never written) takes the slow path. */
     unsigned cls = pagemap_class(p);
+    struct tcache *tc = tcache_get();
     if (cls) {
-        struct tcache *tc = tcache_get();
         size_t old = sizeclass_size(cls);
         if (likely(keeps_small(old, n) && tc != &tcache_empty)) {
             count_unsampled(tc, old);
+            return p;
+        }
+    } else if (tc != &tcache_empty) {
+        /* A large block whose pages are still the right number: kept, as
+         * realloc_slow would, but without its set-up (a buffer grown by
+         * appends past REALLOC_SPAN_MIN comes here on most appends). */
+        struct span *s = pageheap_large_span(p);
+        if (s && n <= s->npages << SA_PAGE_SHIFT && sa_pages_for(n) == s->npages) {
+            count_unsampled(tc, s->npages << SA_PAGE_SHIFT);
             return p;
         }
     }

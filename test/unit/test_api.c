@@ -151,6 +151,37 @@ static void test_api_realloc_grows_by_a_quarter_when_moving(void **state)
     free(q);
 }
 
+/* A block realloc grows to 32 KiB or more gets a span of its own
+ * (page-granular usable size, no size class), so that later growth can
+ * take the pages after it: a buffer doubled from 32 KiB to 1 MiB moves
+ * rarely, not at every step as it would through the classes.  (With
+ * sampling off, as above.) */
+static void test_api_realloc_grown_blocks_get_their_own_span(void **state)
+{
+    (void)state;
+    prof_thread_active_set(false);
+    unsigned char *p = malloc(20000);
+    fill(p, 20000, 9);
+    unsigned char *q = realloc(p, 40000);
+    assert_int_equal(pagemap_class_of(q), 0);
+    assert_int_equal(malloc_usable_size(q), sa_pages_for(40000) << SA_PAGE_SHIFT);
+    check(q, 20000, 9);
+    free(q);
+    unsigned moves = 0;
+    for (int round = 0; round < 50; round++) {
+        p = malloc((size_t)32 << 10);
+        for (size_t n = (size_t)64 << 10; n <= (size_t)1 << 20; n *= 2) {
+            q = realloc(p, n);
+            assert_non_null(q);
+            moves += q != p;
+            p = q;
+        }
+        free(p);
+    }
+    assert_true(moves < 50 * 5 / 4); /* 5 doublings a round: most in place */
+    prof_thread_active_set(true);
+}
+
 /* A large block grows in place when the pages after it are free.  (With
  * sampling off: a sampled block lives on its own mapping and moves.) */
 static void test_api_realloc_large_grows_in_place(void **state)
@@ -371,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_api_calloc_zeroes_reused_memory),
         cmocka_unit_test(test_api_realloc_preserves_contents),
         cmocka_unit_test(test_api_realloc_grows_by_a_quarter_when_moving),
+        cmocka_unit_test(test_api_realloc_grown_blocks_get_their_own_span),
         cmocka_unit_test(test_api_realloc_large_grows_in_place),
         cmocka_unit_test(test_api_reallocarray),
         cmocka_unit_test(test_api_alignment_functions),
