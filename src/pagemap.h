@@ -115,26 +115,27 @@ static inline unsigned pagemap_class_owner(const void *p, unsigned *owner)
     return __atomic_load_n(e, __ATOMIC_RELAXED);
 }
 
+/* The leaf holding `p`'s page, NULL if there is none (slow paths). */
+static inline struct pm_leaf *pagemap_leaf_of(const void *p)
+{
+    uintptr_t root = pm_root_index_unmasked((uintptr_t)p);
+    return root < PM_ROOT_LEN ? __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE) : NULL;
+}
+
 /* What pagemap_class() answers outside opt.check, for slow paths: through
  * the leaf pointer. */
 static inline unsigned pagemap_class_of(const void *p)
 {
-    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
-    if (root >= PM_ROOT_LEN)
-        return 0;
-    struct pm_leaf *leaf = __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE);
-    return leaf ? __atomic_load_n(&leaf->cls[pm_leaf_index(a)], __ATOMIC_RELAXED) : 0;
+    struct pm_leaf *leaf = pagemap_leaf_of(p);
+    return leaf ? __atomic_load_n(&leaf->cls[pm_leaf_index((uintptr_t)p)], __ATOMIC_RELAXED) : 0;
 }
 
 /* The owner tag of `p`'s page through the leaf pointer (slow paths; 0 if
  * there is no leaf). */
 static inline unsigned pagemap_owner_of(const void *p)
 {
-    uintptr_t a = (uintptr_t)p, root = pm_root_index_unmasked(a);
-    if (root >= PM_ROOT_LEN)
-        return 0;
-    struct pm_leaf *leaf = __atomic_load_n(&pm_root[root], __ATOMIC_ACQUIRE);
-    return leaf ? __atomic_load_n(&leaf->owner[pm_leaf_index(a)], __ATOMIC_RELAXED) : 0;
+    struct pm_leaf *leaf = pagemap_leaf_of(p);
+    return leaf ? __atomic_load_n(&leaf->owner[pm_leaf_index((uintptr_t)p)], __ATOMIC_RELAXED) : 0;
 }
 
 /* opt.check: from now on pagemap_class() answers 0 everywhere.  Called

@@ -3,7 +3,7 @@
  * objects are distinct, inside spans of their class, at object boundaries;
  * spans come and go with their objects; counts stay consistent; two live
  * thread caches never get objects of one span (span affinity), and a gone
- * one's spans are anyone's.
+ * one's spans are anyone's; a span's pages carry its owner's tag.
  */
 #include "unit.h"
 
@@ -146,10 +146,45 @@ static void test_central_live_owners_get_their_own_spans(void **state)
     central_check(cls);
 }
 
+/* The pages of a span of a class that keeps to its threads carry the tag
+ * of the cache that took objects from it last (free() reads it: tcache.h,
+ * remote frees); an anonymous taker, or a class too large for affinity,
+ * leaves 0; a span back in the page heap has 0 again. */
+static void test_central_spans_carry_their_owners_tag(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(32), big = sizeclass_of(1024);
+    uint32_t gen_a = 1, gen_b = 1;
+    struct central_owner a = {&gen_a, gen_a, 0x0f}, b = {&gen_b, gen_b, 0xf0};
+    enum { N = 8 };
+    void *objs_a[N], *objs_b[N], *anon[N], *large[N];
+    take_as(a, cls, N, objs_a);
+    take_as(b, cls, N, objs_b);
+    take_as(a, big, N, large);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(pagemap_owner_of(objs_a[i]), 0x0f);
+        assert_int_equal(pagemap_owner_of(objs_b[i]), 0xf0);
+        assert_int_equal(pagemap_owner_of(large[i]), 0);
+    }
+    /* An anonymous taker (a thread without a cache) may take from any
+     * span, and the span is then nobody's: tag 0. */
+    take(cls, N, anon);
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(pagemap_owner_of(anon[i]), 0);
+    give(cls, N, objs_a);
+    give(cls, N, objs_b);
+    give(cls, N, anon);
+    give(big, N, large);
+    central_release_empty();
+    assert_int_equal(pagemap_owner_of(objs_a[0]), 0);
+    central_check(cls);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_central_live_owners_get_their_own_spans),
+        cmocka_unit_test(test_central_spans_carry_their_owners_tag),
         cmocka_unit_test(test_central_batches_are_distinct_objects_of_the_class),
         cmocka_unit_test(test_central_empty_spans_go_back),
         cmocka_unit_test(test_central_reuses_returned_objects),
