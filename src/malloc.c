@@ -77,7 +77,9 @@ static void release_proxy(void *proxy)
         return;
     }
     tc->dealloc_adjust -= sizeclass_size(cls);
-    if (tc->bins[cls].room)
+    if (pagemap_owner_of(proxy) & tc->foreign_owners) /* another thread's (tcache.h) */
+        tcache_remote_free(tc, cls, proxy);
+    else if (tc->bins[cls].room)
         tcache_bin_push(&tc->bins[cls], proxy);
     else
         tcache_overflow(tc, cls, proxy);

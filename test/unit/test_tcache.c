@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "../../include/salloc.h"
+#include "dump.h"
 #include "prof.h"
 #include "unit.h"
 
@@ -201,12 +202,12 @@ static uintptr_t line_of(const void *p) { return (uintptr_t)p / 64; }
 
 /* Hoard's passive false sharing: this thread allocates objects in pairs,
  * keeps one of each and hands the other to a thread that frees them and
- * allocates as many.  None of its objects may share a cache line with the
- * ones kept here: the handed objects go back to this thread's spans (the
- * remote chain, then the central list), not into the other thread's list. */
-static void test_tcache_remote_frees_do_not_share_lines(void **state)
+ * allocates as many; returns how many of that thread's objects share a
+ * cache line with one kept here.  It must be none: the handed objects go
+ * back to this thread's spans (the remote chain, then the central list),
+ * not into the other thread's list. */
+static size_t passive_hand_off(void)
 {
-    (void)state;
     static struct passive run;
     void *kept[HANDED];
     for (int i = 0; i < HANDED; i++) {
@@ -214,17 +215,80 @@ static void test_tcache_remote_frees_do_not_share_lines(void **state)
         run.handed[i] = malloc(HANDED_SIZE);
     }
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, free_then_allocate, &run), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    if (pthread_create(&t, NULL, free_then_allocate, &run) != 0 || pthread_join(t, NULL) != 0)
+        abort();
     size_t shared = 0;
     for (int i = 0; i < HANDED; i++)
         for (int j = 0; j < HANDED; j++)
             shared += line_of(run.got[i]) == line_of(kept[j]);
-    assert_int_equal(shared, 0);
     for (int i = 0; i < HANDED; i++) {
         free(kept[i]);
         free(run.got[i]); /* now the exited thread's: anyone's */
     }
+    return shared;
+}
+
+static void test_tcache_remote_frees_do_not_share_lines(void **state)
+{
+    (void)state;
+    assert_int_equal(passive_hand_off(), 0);
+}
+
+struct sampled_hand_off {
+    void *block;               /* a sampled 16-byte block of another thread */
+    uint32_t listed, chained;  /* the freeing thread's list and remote chain */
+};
+
+static void *free_the_sampled_block(void *arg)
+{
+    struct sampled_hand_off *h = arg;
+    unsigned cls = sizeclass_of(HANDED_SIZE);
+    free(malloc(4 * HANDED_SIZE)); /* a thread with a cache of its own */
+    free(h->block);
+    h->listed = tcache_bin_count(&tcache_get()->bins[cls]);
+    h->chained = tcache_get()->remote[cls].count;
+    return NULL;
+}
+
+/* Allocates until a block is sampled, and has another thread free it while
+ * this one (the owner of the proxy's span) still lives. */
+static void *sampled_hand_off(void *arg)
+{
+    struct sampled_hand_off *h = arg;
+    static void *unsampled[4096];
+    unsigned n = 0;
+    while (!h->block && n < 4096) {
+        void *p = malloc(HANDED_SIZE);
+        if (prof_is_sampled(p))
+            h->block = p;
+        else
+            unsampled[n++] = p;
+    }
+    pthread_t t;
+    if (h->block &&
+        (pthread_create(&t, NULL, free_the_sampled_block, h) != 0 || pthread_join(t, NULL) != 0))
+        abort();
+    while (n)
+        free(unsampled[--n]);
+    return NULL;
+}
+
+/* A sampled block's proxy, given back when another thread frees the block,
+ * goes back towards its span like any of the owner's objects, not onto the
+ * freeing thread's list. */
+static void test_tcache_remote_proxies_go_back(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(6); /* R = 64 bytes: 22% of 16-byte blocks */
+    struct sampled_hand_off h = {.listed = 99, .chained = 99};
+    pthread_t t; /* a new thread starts with the new rate */
+    assert_int_equal(pthread_create(&t, NULL, sampled_hand_off, &h), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    prof_lg_sample_set(saved);
+    assert_non_null(h.block);
+    assert_int_equal(h.listed, 0);
+    assert_int_equal(h.chained, 1);
 }
 
 struct few_remote {
@@ -393,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
         cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
         cmocka_unit_test(test_tcache_remote_frees_do_not_share_lines),
+        cmocka_unit_test(test_tcache_remote_proxies_go_back),
         cmocka_unit_test(test_tcache_remote_chain_is_flushed),
         cmocka_unit_test(test_tcache_deallocated_is_exact),
     };
