@@ -321,19 +321,27 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 
 /* ---- helpers shared by the entry points ---- */
 
+/* A cached object of `size` bytes aligned to `align` (a power of two
+ * above 16, at most a page), from the class that fits both; NULL if the
+ * thread's list has none or the allocation is due for sampling. */
+static inline void *alloc_aligned_cached(size_t align, size_t size)
+{
+    /* Usually the class of max(size, align) is a multiple of align already
+     * (every class up to 128, and any power of two); only otherwise scan
+     * on. */
+    unsigned cls = sizeclass_of(size > align ? size : align);
+    if (unlikely(sizeclass_size(cls) & (align - 1)))
+        cls = sizeclass_aligned(size, align);
+    return tcache_alloc_fast(cls);
+}
+
 /* `size` bytes aligned to `align` (a power of two). */
 static void *alloc_aligned(size_t align, size_t size)
 {
     if (align <= 16) /* every class from 16 up is 16-aligned; 8 is 8-aligned */
         return fast_malloc(align == 16 && size < 16 ? 16 : size);
     if (size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE) {
-        /* Usually the class of max(size, align) is a multiple of align
-         * already (every class up to 128, and any power of two); only
-         * otherwise scan on. */
-        unsigned cls = sizeclass_of(size > align ? size : align);
-        if (unlikely(sizeclass_size(cls) & (align - 1)))
-            cls = sizeclass_aligned(size, align);
-        void *p = tcache_alloc_fast(cls);
+        void *p = alloc_aligned_cached(align, size);
         if (likely(p != NULL))
             return p;
     }
@@ -538,11 +546,17 @@ SA_EXPORT int posix_memalign(void **memptr, size_t align, size_t size)
 {
     if (!sa_is_pow2(align) || align < sizeof(void *))
         return EINVAL;
-    int saved = errno;
-    void *p = alloc_aligned(align, size);
-    errno = saved;
-    if (!p)
-        return ENOMEM;
+    /* errno must come out as it went in; only a slow path can touch it. */
+    void *p = align > 16 && size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE
+                  ? alloc_aligned_cached(align, size)
+                  : NULL;
+    if (unlikely(p == NULL)) {
+        int saved = errno;
+        p = alloc_aligned(align, size);
+        errno = saved;
+        if (!p)
+            return ENOMEM;
+    }
     *memptr = p;
     return 0;
 }
