@@ -77,12 +77,7 @@ static void release_proxy(void *proxy)
         return;
     }
     tc->dealloc_adjust -= sizeclass_size(cls);
-    if (pagemap_owner_of(proxy) & tc->foreign_owners) /* another thread's (tcache.h) */
-        tcache_remote_free(tc, cls, proxy);
-    else if (tc->bins[cls].room)
-        tcache_bin_push(&tc->bins[cls], proxy);
-    else
-        tcache_overflow(tc, cls, proxy);
+    tcache_put(tc, cls, proxy);
 }
 
 /* A sampled allocation on its own pages (small, or guarded), plus a proxy
@@ -308,24 +303,19 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
         central_free_batch(cls, p, 1);
         return;
     }
-    if (pagemap_owner_of(p) & tc->foreign_owners) { /* another thread's (tcache.h) */
-        tcache_remote_free(tc, cls, p);
-        return;
-    }
-    struct tcache_bin *bin = &tc->bins[cls];
-    if (bin->room) /* a cache just created for this thread */
-        tcache_bin_push(bin, p);
-    else
-        tcache_overflow(tc, cls, p);
+    tcache_put(tc, cls, p);
 }
 
 /* ---- helpers shared by the entry points ---- */
 
 /* A cached object of `size` bytes aligned to `align` (a power of two
- * above 16, at most a page), from the class that fits both; NULL if the
- * thread's list has none or the allocation is due for sampling. */
+ * above 16), from the class that fits both; NULL if no class does (too
+ * large, or aligned beyond a page), the thread's list has none, or the
+ * allocation is due for sampling. */
 static inline void *alloc_aligned_cached(size_t align, size_t size)
 {
+    if (size > SA_MAX_SMALL || align > SA_PAGE_SIZE)
+        return NULL;
     /* Usually the class of max(size, align) is a multiple of align already
      * (every class up to 128, and any power of two); only otherwise scan
      * on. */
@@ -340,12 +330,8 @@ static void *alloc_aligned(size_t align, size_t size)
 {
     if (align <= 16) /* every class from 16 up is 16-aligned; 8 is 8-aligned */
         return fast_malloc(align == 16 && size < 16 ? 16 : size);
-    if (size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE) {
-        void *p = alloc_aligned_cached(align, size);
-        if (likely(p != NULL))
-            return p;
-    }
-    return alloc_slow(size, align, NULL);
+    void *p = alloc_aligned_cached(align, size);
+    return likely(p != NULL) ? p : alloc_slow(size, align, NULL);
 }
 
 
@@ -371,22 +357,6 @@ static inline void count_unsampled(struct tcache *tc, size_t bytes)
     tc->prof.alloc_base += bytes;
 }
 
-/* realloc for the sampler.  Each byte allocated is due with probability 1/R
- * (sampler.h), and a block kept where it is allocates only what it gains:
- *   - a block that keeps its usable size (a small one kept in its class,
- *     sampled or not; a large one with the same pages) charges nothing and
- *     keeps its sampled-or-not state, which was decided with the
- *     probability of that very size;
- *   - a large block grown in place charges its growth G: unsampled, it is
- *     sampled where it stands if due, so it is sampled with probability
- *     1 - e^(-U1/R) e^(-G/R) = p(U2), as a fresh block its size; sampled
- *     already, its record is resized to U2 (weight U2/p(U2));
- *   - a large block shrunk in place is decided afresh at its new size;
- *   - everything else moves: free(p) plus malloc(n), charged in full.
- * So every live block is sampled with the probability of its usable size
- * now, and a buffer grown by appends is not decided again at each append
- * (charging the whole block each time made an append loop sample, and move
- * to fresh pages, once every R / size appends). */
 /* A block that realloc grows to this size or more gets a span of its own
  * (page-granular, as a large block) instead of a size class: the next
  * growth can then take the free pages after it instead of moving, as
@@ -405,6 +375,22 @@ static void growth_request(size_t size, struct request *r)
     }
 }
 
+/* realloc for the sampler.  Each byte allocated is due with probability 1/R
+ * (sampler.h), and a block kept where it is allocates only what it gains:
+ *   - a block that keeps its usable size (a small one kept in its class,
+ *     sampled or not; a large one with the same pages) charges nothing and
+ *     keeps its sampled-or-not state, which was decided with the
+ *     probability of that very size;
+ *   - a large block grown in place charges its growth G: unsampled, it is
+ *     sampled where it stands if due, so it is sampled with probability
+ *     1 - e^(-U1/R) e^(-G/R) = p(U2), as a fresh block its size; sampled
+ *     already, its record is resized to U2 (weight U2/p(U2));
+ *   - a large block shrunk in place is decided afresh at its new size;
+ *   - everything else moves: free(p) plus malloc(n), charged in full.
+ * So every live block is sampled with the probability of its usable size
+ * now, and a buffer grown by appends is not decided again at each append
+ * (charging the whole block each time made an append loop sample, and move
+ * to fresh pages, once every R / size appends). */
 SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
@@ -510,7 +496,7 @@ SA_EXPORT void *realloc(void *p, size_t n)
          * realloc_slow would, but without its set-up (a buffer grown by
          * appends past REALLOC_SPAN_MIN comes here on most appends). */
         struct span *s = pageheap_large_span(p);
-        if (s && n <= s->npages << SA_PAGE_SHIFT && sa_pages_for(n) == s->npages) {
+        if (s && sa_pages_for(n) == s->npages) {
             count_unsampled(tc, s->npages << SA_PAGE_SHIFT);
             return p;
         }
@@ -547,9 +533,7 @@ SA_EXPORT int posix_memalign(void **memptr, size_t align, size_t size)
     if (!sa_is_pow2(align) || align < sizeof(void *))
         return EINVAL;
     /* errno must come out as it went in; only a slow path can touch it. */
-    void *p = align > 16 && size <= SA_MAX_SMALL && align <= SA_PAGE_SIZE
-                  ? alloc_aligned_cached(align, size)
-                  : NULL;
+    void *p = align > 16 ? alloc_aligned_cached(align, size) : NULL;
     if (unlikely(p == NULL)) {
         int saved = errno;
         p = alloc_aligned(align, size);

@@ -21,6 +21,7 @@
 #include "lock.h"
 #include "log.h"
 #include "meta.h"
+#include "pagemap.h"
 
 /* Per-class cap on cached bytes: small classes are capped by count (which
  * must fit a bin's 16-bit max). */
@@ -136,6 +137,16 @@ void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj)
     __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELAXED); /* stats read it racily */
     if (r->count >= sizeclass_batch(cls))
         flush_remote(tc, cls);
+}
+
+void tcache_put(struct tcache *tc, unsigned cls, void *obj)
+{
+    if (pagemap_owner_of(obj) & tc->foreign_owners)
+        tcache_remote_free(tc, cls, obj); /* another live thread's */
+    else if (tc->bins[cls].room)
+        tcache_bin_push(&tc->bins[cls], obj);
+    else
+        tcache_overflow(tc, cls, obj);
 }
 
 void tcache_flush_all(struct tcache *tc)

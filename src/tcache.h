@@ -167,6 +167,10 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
 /* Slow path of free: `obj`, of class `cls`, is in a span another thread
  * owns.  Chains it for the central list (remote frees, above). */
 void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj);
+/* An object of class `cls` back into `tc` on a slow path: onto the remote
+ * chain if another thread owns its span, else onto the list, overflowing
+ * if it is full (what the free fast path does, plus its exits). */
+void tcache_put(struct tcache *tc, unsigned cls, void *obj);
 /* Gives every cached object back (thread.tcache.flush, malloc_trim). */
 void tcache_flush_all(struct tcache *tc);
 
