@@ -116,6 +116,36 @@ static void test_central_reuses_returned_objects(void **state)
     free(again);
 }
 
+/* A fresh span's objects come out in ascending address order, one after
+ * the other, as a program's consecutive allocations are best laid out. */
+static void test_central_fresh_span_goes_out_ascending(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(48), n = sizeclass_objects(cls) / 2;
+    void **objs = malloc(n * sizeof(void *));
+    struct central_owner owner = {NULL, 0, 0};
+    /* The class's partial spans first, so the batch below is from a new one. */
+    void *head, *tail;
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    do {
+        central_get_stats(cls, &after);
+        if (after.spans > before.spans)
+            break;
+        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
+    } while (1);
+    /* head is the first object of the new span; the next n follow it. */
+    take_as(owner, cls, n, objs);
+    uintptr_t size = sizeclass_size(cls);
+    assert_int_equal((uintptr_t)objs[0], (uintptr_t)head + size);
+    for (unsigned i = 1; i < n; i++)
+        assert_int_equal((uintptr_t)objs[i], (uintptr_t)objs[i - 1] + size);
+    give(cls, n, objs);
+    give(cls, 1, &head);
+    central_check(cls);
+    free(objs);
+}
+
 /* Span affinity: A's objects given back (as a cross-thread free or an exit
  * flush does) are not handed to B while A lives, so no cache line holds
  * objects of both; once A is gone, B reuses A's span. */
@@ -188,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_central_batches_are_distinct_objects_of_the_class),
         cmocka_unit_test(test_central_empty_spans_go_back),
         cmocka_unit_test(test_central_reuses_returned_objects),
+        cmocka_unit_test(test_central_fresh_span_goes_out_ascending),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
