@@ -32,7 +32,45 @@ def main():
     for j in range(0, last + 1):
         e = (-(Decimal(j) / STEP)).exp()
         print(f"    {{{c_double(e)}, {c_double(1 - e)}}},")
-    print("};\n\n#endif")
+    print("};\n")
+    ziggurat()
+    print("#endif")
+
+
+def ziggurat():
+    """Marsaglia and Tsang's ziggurat for the unit exponential (J. Stat.
+    Software 5(8), 2000): 256 strips of equal area v under e^-x, the base
+    one ending in the tail beyond r.  Strip i spans [0, x_i); a draw m of
+    53 bits lands at m * x_i / 2^53 and is inside e^-x without further test
+    when m < 2^53 * x_(i-1) / x_i."""
+    n, bits = 256, 53
+    r = Decimal("7.69711747013104971")
+    v = (-r).exp() * (r + 1)  # the rectangle below e^-r and the tail beyond r
+    two = Decimal(2) ** bits
+    x = [Decimal(0)] * n  # x[i]: strip i's right edge; x[0]: the base's width
+    x[0] = v / (-r).exp()
+    x[n - 1] = r
+    for i in range(n - 2, 0, -1):
+        x[i] = -((v / x[i + 1]) + (-x[i + 1]).exp()).ln()
+    k = [0] * n
+    k[0] = int(r / x[0] * two)
+    k[1] = 0  # the top strip: every point needs the wedge test
+    for i in range(2, n):
+        k[i] = int(x[i - 1] / x[i] * two)
+    print(f"#define SA_ZIG_STRIPS {n}")
+    print(f"#define SA_ZIG_R {c_double(r)}")
+    print(f"/* The exponential ziggurat (sampler.c): strip i's bound for a {bits}-bit")
+    print(f" * draw m to be accepted at once, and x_i / 2^{bits}, the scale of m. */")
+    print(f"static const struct sa_zig_strip {{\n    uint64_t bound;\n    double scale;\n}} sa_zig[{n}] = {{")
+    for i in range(n):
+        print(f"    {{{k[i]}ull, {c_double(x[i] / two)}}},")
+    print("};\n")
+    print("/* e^-x_i: the wedge test's bounds (e^-x_0 = 1 for the tail's strip). */")
+    print(f"static const double sa_zig_f[{n}] = {{")
+    f = [Decimal(1)] + [(-x[i]).exp() for i in range(1, n)]
+    for i in range(n):
+        print(f"    {c_double(f[i])},")
+    print("};\n")
 
 
 main()

@@ -2,7 +2,8 @@
  * test_sampler.c: the sampler's statistics.
  *
  *   - salloc's libm-free ln and 1 - e^-x against libm;
- *   - the interval draw is exponential with mean R;
+ *   - the interval draw is exponential with mean R, in every part of its
+ *     range (the ziggurat's strips, wedges and tail);
  *   - through the real malloc path, an allocation of usable size Z is
  *     sampled with probability 1 - e^(-Z/R), for several Z and R;
  *   - a block realloc'd is sampled with the probability of its usable
@@ -82,6 +83,43 @@ static void test_sampler_intervals_are_exponential(void **state)
         assert_binomial(below[d], n, (d + 1) / 10.0, "decile");
     double mean = sum / n, se = rate / sqrt((double)n);
     assert_true(fabs(mean - rate) < Z_LIMIT * se);
+}
+
+/* The draw's whole shape: 256 equally likely bins of e^-x (a chi-square
+ * test, which sees a wrong ziggurat strip or wedge), the tail beyond the
+ * ziggurat's base strip and far beyond it, and the variance R^2. */
+static void test_sampler_intervals_follow_the_exponential_everywhere(void **state)
+{
+    (void)state;
+    enum { BINS = 256 };
+    uint64_t prng = 0x9e3779b97f4a7c15ull;
+    const uint64_t n = 4000000;
+    const double rate = 1099511627776.0; /* 2^40: fine-grained intervals */
+    static uint64_t bins[BINS];
+    uint64_t beyond_r = 0, beyond_14 = 0;
+    double sum = 0, sum2 = 0;
+    memset(bins, 0, sizeof(bins));
+    for (uint64_t i = 0; i < n; i++) {
+        double x = (double)sampler_draw(&prng, (uint64_t)rate) / rate;
+        sum += x;
+        sum2 += x * x;
+        unsigned b = (unsigned)(-expm1(-x) * BINS);
+        bins[b < BINS ? b : BINS - 1]++;
+        beyond_r += x > 7.69711747013104972;
+        beyond_14 += x > 14;
+    }
+    double chi2 = 0, expect = (double)n / BINS;
+    for (unsigned b = 0; b < BINS; b++)
+        chi2 += (bins[b] - expect) * (bins[b] - expect) / expect;
+    /* 255 degrees of freedom: mean 255, sd sqrt(510). */
+    if (chi2 > 255 + 6 * sqrt(510.0))
+        fail_msg("chi-square over %d bins: %.1f", BINS, chi2);
+    assert_binomial(beyond_r, n, exp(-7.69711747013104972), "beyond the base strip");
+    assert_binomial(beyond_14, n, exp(-14.0), "far tail");
+    double mean = sum / n, var = sum2 / n - mean * mean;
+    assert_true(fabs(mean - 1) < Z_LIMIT / sqrt((double)n));
+    /* Var of the sample variance of a unit exponential: (mu4 - 1) / n = 8 / n. */
+    assert_true(fabs(var - 1) < Z_LIMIT * sqrt(8.0 / (double)n));
 }
 
 /* Through malloc itself: the fraction of allocations that land on sampled
@@ -411,6 +449,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sampler_math_matches_libm),
         cmocka_unit_test(test_sampler_intervals_are_exponential),
+        cmocka_unit_test(test_sampler_intervals_follow_the_exponential_everywhere),
         cmocka_unit_test(test_sampler_probability_through_malloc),
         cmocka_unit_test(test_sampler_every_path_samples),
         cmocka_unit_test(test_sampler_realloc_keeps_the_probability_of_the_size),
