@@ -110,7 +110,7 @@ static void new_interval(struct tcache *tc)
     if (tc->prof.active && __atomic_load_n(&global_on, __ATOMIC_RELAXED)) {
         tc->prof.rate = (uint64_t)1 << sampler_lg();
         /* The variate drawn one interval ahead: nothing waits for the one
-         * drawn now (its logarithm's latency, some 70 cycles, overlaps the
+         * drawn now (a rare ziggurat edge case's logarithm overlaps the
          * sample's other work), and the intervals stay independent draws. */
         next = scale(tc->prof.next_unit, tc->prof.rate);
         tc->prof.next_unit = unit_exponential(&tc->prof.prng);
