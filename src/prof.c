@@ -142,6 +142,7 @@ void prof_boot(void)
 void prof_thread_init(struct tcache *tc)
 {
     tc->prof.active = __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED);
+    tc->prof.memo.pc = 0; /* a reused cache: its last owner's stack is not this one */
     sampler_thread_init(tc);
 }
 
@@ -395,6 +396,12 @@ static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_f
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
+    struct unwind_from mine;
+    if (from) { /* the walk may replay the thread's last one (unwind.h) */
+        mine = *from;
+        mine.memo = &tc->prof.memo;
+        from = &mine;
+    }
     struct prof_stack *st = walk_and_intern(from);
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);

@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "sizeclass.h"
+#include "unwind.h"
 #include "util.h"
 
 struct tcache_bin {
@@ -79,6 +80,7 @@ struct tcache_prof {
     uint64_t weight_usable, weight_rate;
     int64_t weight;
     char name[64];       /* thread.prof.name, "" if unset */
+    struct unwind_memo memo; /* this thread's last walk (unwind.h) */
 };
 
 /* Objects freed by this thread that belong to another thread's spans, on

@@ -185,7 +185,10 @@ static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9E3779B97F4A7C1
 static uint64_t id_mix(const unsigned char *id, size_t len)
 {
     uint64_t w[2] = {0, 0};
-    memcpy(w, id, len < sizeof(w) ? len : sizeof(w));
+    if (len >= sizeof(w))
+        memcpy(w, id, sizeof(w)); /* the usual case: two loads */
+    else
+        memcpy(w, id, len);
     return mix(mix(3, w[0]), w[1]);
 }
 
@@ -294,58 +297,81 @@ static bool known_matches(const struct known_object *k, const struct dl_find_obj
            id_mix(k->id, k->id_len) == k->id_hash;
 }
 
-static uint64_t known_tag(const struct dl_find_object *f)
+/* The entry of the object `f` describes, or -1. */
+static int known_index(const struct dl_find_object *f)
 {
     unsigned n = __atomic_load_n(&known_claimed, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n && i < KNOWN_OBJECTS; i++)
         if (__atomic_load_n(&known[i].ready, __ATOMIC_ACQUIRE) && known_matches(&known[i], f))
-            return known[i].tag;
-    return 0;
+            return (int)i;
+    return -1;
 }
 
 /* Keeps `o` (just described from `f`) if its build ID is in its first
- * page and the table has room. */
-static void known_add(const struct object *o, const struct dl_find_object *f)
+ * page and the table has room: its entry, or -1. */
+static int known_add(const struct object *o, const struct dl_find_object *f)
 {
     const unsigned char *id = o->id; /* as the tag took it (code_identity) */
     size_t len = o->id_len < 16 ? o->id_len : 16;
     if (!id || len < 8 || (uintptr_t)id < o->map_start || (uintptr_t)id + len > o->map_start + 4096)
-        return;
+        return -1;
     unsigned i = __atomic_fetch_add(&known_claimed, 1, __ATOMIC_RELAXED);
     if (i >= KNOWN_OBJECTS) {
         __atomic_store_n(&known_claimed, KNOWN_OBJECTS, __ATOMIC_RELAXED); /* no wrap-around */
-        return;
+        return -1;
     }
     known[i] = (struct known_object){
         .link_map = (uintptr_t)f->dlfo_link_map, .map_start = o->map_start,
         .map_end = o->map_end, .eh_frame = (uintptr_t)f->dlfo_eh_frame, .id = id,
         .id_len = len, .id_hash = id_mix(id, len), .tag = o->tag};
     __atomic_store_n(&known[i].ready, true, __ATOMIC_RELEASE);
+    return (int)i;
 }
 #endif
 
 /* The tag of the loaded object holding `pc` and its range, through the
- * objects met before when it is one; 0 if no object holds it. */
-static uint64_t object_tag(uintptr_t pc, uintptr_t *start, uintptr_t *end)
+ * objects met before when it is one (*entry: its entry, else -1); 0 if no
+ * object holds it. */
+static uint64_t object_tag(uintptr_t pc, uintptr_t *start, uintptr_t *end, int *entry)
 {
+    *entry = -1;
 #if HAVE_DL_FIND_OBJECT
     struct dl_find_object f;
     if (!_dl_find_object || _dl_find_object((void *)pc, &f) != 0 || !f.dlfo_link_map)
         return 0;
     *start = (uintptr_t)f.dlfo_map_start;
     *end = (uintptr_t)f.dlfo_map_end;
-    uint64_t tag = known_tag(&f);
-    if (tag)
-        return tag;
+    if ((*entry = known_index(&f)) >= 0)
+        return known[*entry].tag;
     struct object o = {.pc = pc};
     count(&stats.objects);
     if (!describe_found(&o, &f))
         return 0;
-    known_add(&o, &f);
+    *entry = known_add(&o, &f);
     return o.tag;
 #else
     (void)pc, (void)start, (void)end;
     return 0;
+#endif
+}
+
+/* Whether the object at `at` is still the one of entry `entry` (a memo's
+ * check, unwind.h): what _dl_find_object says of it matches the entry, as
+ * object_tag would find it, without the search through the table. */
+static bool still_known(uintptr_t at, int entry, uintptr_t *start, uintptr_t *end)
+{
+#if HAVE_DL_FIND_OBJECT
+    struct dl_find_object f;
+    if (entry < 0 || entry >= KNOWN_OBJECTS || !_dl_find_object ||
+        _dl_find_object((void *)at, &f) != 0 || !f.dlfo_link_map ||
+        !known_matches(&known[entry], &f))
+        return false;
+    *start = (uintptr_t)f.dlfo_map_start;
+    *end = (uintptr_t)f.dlfo_map_end;
+    return true;
+#else
+    (void)at, (void)entry, (void)start, (void)end;
+    return false;
 #endif
 }
 
@@ -763,13 +789,17 @@ static void cache_put(uint64_t pc, uint64_t tag, uint32_t rule)
 struct walk_object {
     uintptr_t start, end;
     uint64_t tag;
+    int entry; /* in the table of objects met before, or -1 */
 };
 
 struct walk_state {
     uint64_t unloads;
     unsigned nobjects;
+    bool unkept; /* met code a memo cannot vouch for (unwind_memo) */
     struct walk_object objects[WALK_OBJECTS];
 };
+
+_Static_assert(UNWIND_MEMO_OBJECTS >= WALK_OBJECTS, "a memo holds a walk's objects");
 
 static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -782,6 +812,7 @@ static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg)
 static void walk_start(struct walk_state *w)
 {
     w->nobjects = 0;
+    w->unkept = false;
     w->unloads = UINT64_MAX;
     if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &w->unloads) != 1)
         w->unloads = UINT64_MAX;
@@ -797,9 +828,13 @@ static uint64_t frame_tag(struct walk_state *w, uintptr_t pc)
         if (pc >= w->objects[i].start && pc < w->objects[i].end)
             return w->objects[i].tag;
     uintptr_t start, end;
-    uint64_t tag = object_tag(pc, &start, &end);
+    int entry;
+    uint64_t tag = object_tag(pc, &start, &end, &entry);
     if (tag && w->nobjects < WALK_OBJECTS)
-        w->objects[w->nobjects++] = (struct walk_object){start, end, tag};
+        w->objects[w->nobjects++] = (struct walk_object){start, end, tag, entry};
+    /* No object, one the walk does not keep, or one a memo cannot check. */
+    if (!tag || entry < 0 || w->nobjects == WALK_OBJECTS)
+        w->unkept = true;
     return tag;
 }
 
@@ -834,18 +869,31 @@ static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0,
  * its own FDE.  *complete says whether the walk reached the end of the
  * stack (or `max` frames); if not it stopped at a frame it could not
  * unwind, and the frames before it are still right. */
-static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact, void **frames,
-                     unsigned max, bool *complete)
+/* A stack word the walk reads, noted in `rec` (if any) for a replay. */
+static uintptr_t read_word(struct unwind_memo *rec, struct walk_state *w, uintptr_t addr)
 {
-    struct walk_state w;
-    walk_start(&w);
+    uintptr_t value = *(const uintptr_t *)addr;
+    if (rec) {
+        if (rec->nreads < sizeof(rec->reads) / sizeof(rec->reads[0]))
+            rec->reads[rec->nreads++] = (typeof(rec->reads[0])){addr, value};
+        else
+            w->unkept = true;
+    }
+    return value;
+}
+
+static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact,
+                     void **frames, unsigned max, bool *complete, struct unwind_memo *rec)
+{
     unsigned n = 0;
+    bool rbp_is_start = true; /* not yet read from a frame */
     *complete = false;
     while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
-        uint32_t r = rule_for(&w, at);
+        uint32_t r = rule_for(w, at);
         exact = false;
         if (RULE_KIND(r) == RULE_SIGNAL) {
+            w->unkept = true; /* the kernel's frame: not replayed */
             if (memcmp((const void *)pc, sigreturn_code, sizeof(sigreturn_code)))
                 return n;
             const ucontext_t *uc = (const ucontext_t *)sp;
@@ -854,12 +902,16 @@ static unsigned walk(uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact, void
             rbp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
             exact = true; /* the interrupted instruction, not a return address */
         } else if (RULE_KIND(r) == RULE_FRAME) {
+            if (rec && RULE_CFA_RBP(r) && rbp_is_start)
+                rec->rbp_matters = true;
             uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
             if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
                 return n;
-            pc = *(const uintptr_t *)(cfa - 8);
-            if (RULE_RBP_SLOT(r))
-                rbp = *(const uintptr_t *)(cfa - 8 * RULE_RBP_SLOT(r));
+            pc = read_word(rec, w, cfa - 8);
+            if (RULE_RBP_SLOT(r)) {
+                rbp = read_word(rec, w, cfa - 8 * RULE_RBP_SLOT(r));
+                rbp_is_start = false;
+            }
             sp = cfa;
         } else {
             *complete = RULE_KIND(r) == RULE_END;
@@ -883,10 +935,65 @@ __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, b
                      "mov %%rsp, %1\n\t"
                      "mov %%rbp, %2"
                      : "=&r"(pc), "=&r"(sp), "=&r"(rbp));
-    unsigned n = walk(pc, sp, rbp, true, frames, max, complete);
+    struct walk_state w;
+    walk_start(&w);
+    unsigned n = walk(&w, pc, sp, rbp, true, frames, max, complete, NULL);
     if (!*complete)
         count(&stats.incomplete);
     return n;
+}
+
+/* The memo's frames if the walk from (pc, sp, rbp) would give them again
+ * (see unwind.h for why a match is exact); else -1, with the objects the
+ * check looked up left in `w` for the walk. */
+static int replay(const struct unwind_memo *m, struct walk_state *w, uintptr_t pc, uintptr_t sp,
+                  uintptr_t rbp, void **frames, unsigned max)
+{
+    if (m->pc != pc || m->sp != sp || (m->rbp_matters && m->rbp != rbp) || m->nframes > max)
+        return -1;
+    if (w->unloads != m->unloads)
+        return -1;
+    for (unsigned i = 0; i < m->nobjects; i++) {
+        uintptr_t start, end;
+        if (!still_known(m->objects[i].at, m->objects[i].entry, &start, &end) ||
+            known[m->objects[i].entry].tag != m->objects[i].tag)
+            return -1;
+        /* Checked now: the walk below, if the stack differs, has it. */
+        w->objects[w->nobjects++] =
+            (struct walk_object){start, end, m->objects[i].tag, m->objects[i].entry};
+    }
+    for (unsigned i = 0; i < m->nreads; i++)
+        if (*(const uintptr_t *)m->reads[i].addr != m->reads[i].value)
+            return -1;
+    memcpy(frames, m->frames, m->nframes * sizeof(void *));
+    /* Not a locked add (one per sample, where the rest of a replay is a
+     * few dozen instructions): a statistic may miss a concurrent count. */
+    __atomic_store_n(&stats.replays, __atomic_load_n(&stats.replays, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
+    return (int)m->nframes;
+}
+
+/* Keeps the walk just taken in `m` if a replay can vouch for it. */
+static void keep(struct unwind_memo *m, const struct walk_state *w, uintptr_t pc, uintptr_t sp,
+                 uintptr_t rbp, void *const *frames, unsigned n, unsigned max, bool complete)
+{
+    m->pc = 0;
+    /* A walk cut short by `max` ends in the middle of the stack: not kept. */
+    if (!complete || w->unkept || n > UNWIND_MEMO_FRAMES || n >= max ||
+        (!unwind_use_find_object && w->unloads == UINT64_MAX))
+        return;
+    m->nobjects = unwind_use_find_object ? w->nobjects : 0;
+    for (unsigned i = 0; i < m->nobjects; i++) {
+        m->objects[i].at = w->objects[i].start;
+        m->objects[i].tag = w->objects[i].tag;
+        m->objects[i].entry = w->objects[i].entry;
+    }
+    m->unloads = w->unloads;
+    m->nframes = n;
+    memcpy(m->frames, frames, n * sizeof(void *));
+    m->sp = sp;
+    m->rbp = rbp;
+    m->pc = pc;
 }
 
 unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsigned max,
@@ -895,8 +1002,22 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
     *complete = true;
     if (max == 0 || from->pc == 0)
         return 0;
+    struct walk_state w;
+    walk_start(&w);
+    struct unwind_memo *m = from->memo;
     frames[0] = (void *)from->pc;
-    unsigned n = 1 + walk(from->pc, from->sp, from->rbp, false, frames + 1, max - 1, complete);
+    if (m) {
+        int k = replay(m, &w, from->pc, from->sp, from->rbp, frames + 1, max - 1);
+        if (k >= 0)
+            return 1 + (unsigned)k;
+        m->pc = 0;
+        m->nreads = 0;      /* the walk below notes its reads afresh */
+        m->rbp_matters = false;
+        w.unkept = false; /* the check's lookups were not the walk's */
+    }
+    unsigned n = 1 + walk(&w, from->pc, from->sp, from->rbp, false, frames + 1, max - 1, complete, m);
+    if (m)
+        keep(m, &w, from->pc, from->sp, from->rbp, frames + 1, n - 1, max - 1, *complete);
     if (!*complete)
         count(&stats.incomplete);
     return n;
@@ -925,4 +1046,5 @@ void unwind_get_stats(struct unwind_stats *st)
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
     st->stale = __atomic_load_n(&stats.stale, __ATOMIC_RELAXED);
     st->objects = __atomic_load_n(&stats.objects, __ATOMIC_RELAXED);
+    st->replays = __atomic_load_n(&stats.replays, __ATOMIC_RELAXED);
 }

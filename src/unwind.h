@@ -33,7 +33,8 @@
  * without reading its headers again: unwind.c), so after a dlclose() a rule
  * no longer matches other code loaded at the same address.  A 17-frame
  * capture takes about 1,860 instructions (2,270 before objects were
- * remembered).  On a glibc without _dl_find_object (before 2.35) the
+ * remembered); a replay of the thread's last walk (unwind_memo, below),
+ * about 700 for a sample in bench_core's pair/65536.  On a glibc without _dl_find_object (before 2.35) the
  * tag is the loader's unload count (dl_iterate_phdr's dlpi_subs) read once
  * per capture.  A return address of code that has no FDE ends the stack,
  * as it does for libgcc.
@@ -67,18 +68,56 @@ unsigned unwind_capture(void **frames, unsigned max, bool *complete);
  * (which gives that function a frame pointer: use it in slow paths only).
  * The allocator takes it at its slow paths' entry, so that a sample's
  * walk does not step through the profiler's own frames under them. */
+struct unwind_memo;
 struct unwind_from {
     uintptr_t pc;  /* the return address into the function's caller */
     uintptr_t sp;  /* the caller's rsp after the return: the CFA */
     uintptr_t rbp; /* the caller's rbp, saved by the function's prologue */
+    struct unwind_memo *memo; /* the calling thread's, or NULL (below) */
 };
 #define UNWIND_FROM_HERE()                                                                   \
     ((struct unwind_from){(uintptr_t)__builtin_return_address(0),                           \
                           (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *),        \
-                          *(const uintptr_t *)__builtin_frame_address(0)})
+                          *(const uintptr_t *)__builtin_frame_address(0), NULL})
 /* The return addresses from from->pc on (its caller's, and up). */
 unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsigned max,
                              bool *complete);
+
+/* A thread's last walk from a unwind_from, replayed when the next starts
+ * at the same pc, rsp and rbp: a program samples the same few call sites
+ * again and again, and a replay checks the stack in a few instructions a
+ * frame instead of finding each frame's object and rule.
+ *
+ * A walk is a function of its start (rbp only if a frame's CFA is computed
+ * from it before a frame restores it: code without frame pointers keeps
+ * anything there), the code at the return addresses it meets (their
+ * rules) and the stack words it reads.  The memo keeps the
+ * objects the walk met (with their tags, as the rule cache does: a
+ * dlclose() and another load at the same address change the tag) and every
+ * word read, address and value.  A replay checks the objects first, so
+ * the code is the same; then the words in the walk's order: each address
+ * was computed from words already found equal, so it reads only what the
+ * walk itself would read, and stops at the first that differs (a walk from
+ * there on).  Walks through a signal frame, past code of no object or of
+ * more objects than a walk keeps, or deeper than UNWIND_MEMO_FRAMES are not
+ * kept.  Per thread: stack addresses mean nothing in another thread. */
+#define UNWIND_MEMO_FRAMES 32
+#define UNWIND_MEMO_OBJECTS 6
+struct unwind_memo {
+    uintptr_t pc, sp, rbp; /* where the walk started; pc 0: none kept */
+    bool rbp_matters;      /* a frame's CFA came from the starting rbp */
+    uint64_t unloads;      /* without _dl_find_object: the walk's tag */
+    unsigned nobjects, nreads, nframes;
+    struct {
+        uintptr_t at; /* an address in the object (its first byte) */
+        uint64_t tag;
+        int entry;    /* its entry in unwind.c's table of objects met */
+    } objects[UNWIND_MEMO_OBJECTS];
+    struct {
+        uintptr_t addr, value;
+    } reads[2 * UNWIND_MEMO_FRAMES];
+    void *frames[UNWIND_MEMO_FRAMES];
+};
 
 /* Whether objects are looked up with glibc's _dl_find_object (true when
  * this glibc has it); tests may switch to dl_iterate_phdr. */
@@ -95,6 +134,7 @@ struct unwind_stats {
     uint64_t misses;    /* rules computed from .eh_frame (cache misses) */
     uint64_t stale;     /* cached rules found stale: their code was unloaded */
     uint64_t objects;   /* objects described the long way, not met before */
+    uint64_t replays;   /* walks replayed from a thread's memo */
 };
 void unwind_get_stats(struct unwind_stats *st);
 

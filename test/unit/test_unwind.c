@@ -36,10 +36,15 @@
 #define MAXF 256
 
 struct both {
-    void *walk[MAXF], *ref[MAXF], *from[MAXF];
-    int nwalk, nref, nfrom;
-    bool complete, from_complete;
+    void *walk[MAXF], *ref[MAXF], *from[MAXF], *memo[2][MAXF];
+    int nwalk, nref, nfrom, nmemo[2];
+    bool complete, from_complete, memo_complete[2];
 };
+
+/* The thread's memo (unwind.h), kept from one capture_both to the next, as
+ * a thread's is from one sample to the next: a capture from another stack
+ * must not replay it. */
+static __thread struct unwind_memo memo;
 
 /* noipa: a real call with its own frame, never merged into its caller.
  * The third capture starts at this frame's caller, as a sample's walk
@@ -50,6 +55,10 @@ __attribute__((noipa)) static void capture_both(struct both *b)
     b->nref = backtrace(b->ref, MAXF);
     struct unwind_from here = UNWIND_FROM_HERE();
     b->nfrom = (int)unwind_capture_from(&here, b->from, MAXF, &b->from_complete);
+    /* Twice through the memo: the last capture_both's walk, then this one's. */
+    here.memo = &memo;
+    for (int i = 0; i < 2; i++)
+        b->nmemo[i] = (int)unwind_capture_from(&here, b->memo[i], MAXF, &b->memo_complete[i]);
     __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
@@ -71,6 +80,13 @@ static int compare(const struct both *b)
     for (int i = 0; i < b->nwalk - 1; i++)
         if (b->from[i] != b->walk[i + 1])
             return i + 1;
+    /* Through the memo, replayed or not: the same as from the frame. */
+    for (int k = 0; k < 2; k++) {
+        if (!b->memo_complete[k] || b->nmemo[k] != b->nfrom)
+            return MAXF + 1 + k;
+        if (memcmp(b->memo[k], b->from, b->nfrom * sizeof(void *)))
+            return MAXF + 1 + k;
+    }
     return 0;
 }
 
@@ -371,6 +387,61 @@ static void test_unwind_forgets_rules_of_unloaded_code(void **state)
     unwind_use_find_object = saved;
 }
 
+/* ---- the memo ---- */
+
+/* One start (this frame's caller, at one stack depth), reached through two
+ * callers: replay_site's memo walk from the same pc, rsp and rbp meets a
+ * different word where the caller's return address is. */
+__attribute__((noipa)) static void replay_site(struct both *b)
+{
+    capture_both(b);
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
+}
+
+__attribute__((noipa)) static void via_first(struct both *b)
+{
+    replay_site(b);
+    __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noipa)) static void via_second(struct both *b)
+{
+    replay_site(b);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_unwind_memo_replays_only_the_same_stack(void **state)
+{
+    (void)state;
+    struct both b1, b2;
+    struct unwind_stats before, after;
+    for (int i = 0; i < opaque(2); i++) { /* one call site: the second time, both replay */
+        unwind_get_stats(&before);
+        via_first(&b1);
+        unwind_get_stats(&after);
+    }
+    assert_same_stack(&b1, "via the first caller, replayed");
+    assert_int_equal(after.replays, before.replays + 2);
+    via_second(&b2); /* same start, another caller: walked, then replayed */
+    unwind_get_stats(&before);
+    assert_same_stack(&b2, "via the second caller after the first");
+    assert_int_equal(before.replays, after.replays + 1);
+    /* The test means something only if the start was the same. */
+    assert_ptr_equal(b1.from[0], b2.from[0]);
+    assert_ptr_not_equal(b1.from[2], b2.from[2]);
+    /* A memo whose object is not the one there now (as after a dlclose and
+     * another load at its address) is walked again, not replayed. */
+    assert_true(memo.pc != 0 && memo.nobjects > 0);
+    memo.objects[0].tag ^= 2;
+    struct unwind_from here = {memo.pc, memo.sp, memo.rbp, &memo};
+    void *frames[MAXF];
+    bool complete;
+    unsigned n = unwind_capture_from(&here, frames, MAXF, &complete);
+    unwind_get_stats(&after);
+    assert_int_equal(after.replays, before.replays);
+    assert_true(n > 1);
+}
+
 /* ---- rules ---- */
 
 extern char _start[];
@@ -408,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_unwind_walks_through_signal_frames),
         cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
+        cmocka_unit_test(test_unwind_memo_replays_only_the_same_stack),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
     };
     return cmocka_run_group_tests_name("unwind", tests, NULL, NULL);
