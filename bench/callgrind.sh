@@ -13,7 +13,7 @@
 # One-time costs (lazy binding, set-up) cancel by running N and 2N pairs and
 # dividing the difference by N; amortised slow paths (refills, flushes,
 # sampling) stay in.  Counts are deterministic for given binaries, N and
-# environment, so they make a golden file.
+# environment to within 0.01 per call, so they make a golden file.
 #
 # usage: bench/callgrind.sh [N]            table for every allocator, 16 bytes
 #        bench/callgrind.sh --write [FILE]  salloc at each golden size -> FILE
@@ -138,7 +138,21 @@ write)
 check)
     [[ -f $golden ]] || die "$golden not found: create it with --write"
     SALLOC_CONF=prof:false salloc_figures >"$tmp/now" || exit 2
-    if ! diff -u <(grep -v '^#' "$golden") <(grep -v '^#' "$tmp/now") >"$tmp/diff"; then
+    # Equal, or off by at most 0.01 (a thousand instructions over N pairs):
+    # the amortised slow paths move that much between runs of one build
+    # (pair(16) came out 48.00 and 48.01 in two clones of one commit),
+    # while a fast-path change moves a figure by a whole instruction.
+    if ! python3 - "$golden" "$tmp/now" <<'PY'
+import sys
+def figures(path):
+    return [l.split() for l in open(path) if l.strip() and not l.startswith('#')]
+old, new = figures(sys.argv[1]), figures(sys.argv[2])
+same = len(old) == len(new) and all(
+    a[0] == b[0] and abs(float(a[1]) - float(b[1])) <= 0.0101 for a, b in zip(old, new))
+sys.exit(0 if same else 1)
+PY
+    then
+        diff -u <(grep -v '^#' "$golden") <(grep -v '^#' "$tmp/now") >"$tmp/diff" || true
         echo "callgrind.sh: salloc's fast-path instruction counts changed (- golden, + now):"
         sed -n '3,$p' "$tmp/diff"
         echo "If the change is intended, run 'bench/callgrind.sh --write' and commit $golden."
