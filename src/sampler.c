@@ -38,39 +38,43 @@ double sampler_uniform(uint64_t *state)
     return (double)((next_random(state) >> 11) + 1) * 0x1.0p-53;
 }
 
-/* The ziggurat's rare cases (about 1.2% of draws): strip `i`'s point m * x_i
- * outside the part of the strip wholly under e^-x.  In the base strip it
+_Static_assert(SA_ZIG_STRIPS == 256, "a draw's top 8 bits pick a strip");
+
+/* A ziggurat point from one 64-bit draw: its strip (the top 8 bits) and
+ * its place in the strip (53 more). */
+static unsigned zig_strip(uint64_t u) { return (unsigned)(u >> 56); }
+static uint64_t zig_place(uint64_t u) { return (u >> 3) & (((uint64_t)1 << 53) - 1); }
+
+/* The ziggurat's rare cases (about 1.2% of draws): draw `u` put its point
+ * outside the part of its strip wholly under e^-x.  In the base strip it
  * is in the tail beyond r (exponential again, shifted: memoryless); in the
  * others, under the curve with probability given by the wedge test;
  * rejected points draw again. */
 static __attribute__((noinline)) double unit_exponential_edge(uint64_t *state, uint64_t u)
 {
-    const uint64_t mask = ((uint64_t)1 << 53) - 1;
     for (;;) {
-        unsigned i = (unsigned)(u >> 56);
-        uint64_t m = (u >> 3) & mask;
-        if (m < sa_zig[i].bound)
-            return (double)m * sa_zig[i].scale;
+        unsigned i = zig_strip(u);
+        double x = (double)zig_place(u) * sa_zig[i].scale;
         if (i == 0)
             return SA_ZIG_R - sa_ln(sampler_uniform(state));
-        double x = (double)m * sa_zig[i].scale;
         double y = sa_zig_f[i] + sampler_uniform(state) * (sa_zig_f[i - 1] - sa_zig_f[i]);
         if (y < sa_exp_neg(-x))
             return x;
         u = next_random(state);
+        i = zig_strip(u);
+        if (zig_place(u) < sa_zig[i].bound)
+            return (double)zig_place(u) * sa_zig[i].scale;
     }
 }
 
-/* An exponential variate of mean 1, by the ziggurat (fmath_tables.h): one
- * draw picks a strip (its top 8 bits) and a point in it (53 more); 98.8%
- * of points need no more than a compare and a multiply.  A logarithm per
- * variate was most of a draw's 70-cycle latency, which the locked
- * instructions after it in a sample could not overlap. */
+/* An exponential variate of mean 1, by the ziggurat (fmath_tables.h):
+ * 98.8% of points need no more than a compare and a multiply, where a
+ * logarithm per variate took 76 instructions (callgrind). */
 static double unit_exponential(uint64_t *state)
 {
     uint64_t u = next_random(state);
-    unsigned i = (unsigned)(u >> 56);
-    uint64_t m = (u >> 3) & (((uint64_t)1 << 53) - 1);
+    unsigned i = zig_strip(u);
+    uint64_t m = zig_place(u);
     if (__builtin_expect(m < sa_zig[i].bound, 1))
         return (double)m * sa_zig[i].scale;
     return unit_exponential_edge(state, u);

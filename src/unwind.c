@@ -857,18 +857,6 @@ static uint32_t rule_for(struct walk_state *w, uintptr_t pc)
  * sa_restorer every handler returns through): mov $15, %rax; syscall. */
 static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05};
 
-/* The walk proper.  A frame step with rule r:
- *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
- *     unchanged;  rsp = cfa.
- * A signal frame: the handler returned into the trampoline with rsp at the
- * ucontext the kernel saved, whose registers are the interrupted ones.
- * The first address (`pc`) is an exact one if `exact` (unwind_capture's
- * own), as is an interrupted instruction; every other is a return address
- * (unwind_capture_from's first too), looked up at ra - 1 so
- * that a call at the very end of a function (a noreturn call) still finds
- * its own FDE.  *complete says whether the walk reached the end of the
- * stack (or `max` frames); if not it stopped at a frame it could not
- * unwind, and the frames before it are still right. */
 /* A stack word the walk reads, noted in `rec` (if any) for a replay. */
 static uintptr_t read_word(struct unwind_memo *rec, struct walk_state *w, uintptr_t addr)
 {
@@ -882,6 +870,18 @@ static uintptr_t read_word(struct unwind_memo *rec, struct walk_state *w, uintpt
     return value;
 }
 
+/* The walk proper.  A frame step with rule r:
+ *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
+ *     unchanged;  rsp = cfa.
+ * A signal frame: the handler returned into the trampoline with rsp at the
+ * ucontext the kernel saved, whose registers are the interrupted ones.
+ * The first address (`pc`) is an exact one if `exact` (unwind_capture's
+ * own), as is an interrupted instruction; every other is a return address
+ * (unwind_capture_from's first too), looked up at ra - 1 so
+ * that a call at the very end of a function (a noreturn call) still finds
+ * its own FDE.  *complete says whether the walk reached the end of the
+ * stack (or `max` frames); if not it stopped at a frame it could not
+ * unwind, and the frames before it are still right. */
 static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t rbp, bool exact,
                      void **frames, unsigned max, bool *complete, struct unwind_memo *rec)
 {
@@ -955,12 +955,11 @@ static int replay(const struct unwind_memo *m, struct walk_state *w, uintptr_t p
         return -1;
     for (unsigned i = 0; i < m->nobjects; i++) {
         uintptr_t start, end;
-        if (!still_known(m->objects[i].at, m->objects[i].entry, &start, &end) ||
-            known[m->objects[i].entry].tag != m->objects[i].tag)
+        int entry = m->objects[i].entry;
+        if (!still_known(m->objects[i].at, entry, &start, &end))
             return -1;
         /* Checked now: the walk below, if the stack differs, has it. */
-        w->objects[w->nobjects++] =
-            (struct walk_object){start, end, m->objects[i].tag, m->objects[i].entry};
+        w->objects[w->nobjects++] = (struct walk_object){start, end, known[entry].tag, entry};
     }
     for (unsigned i = 0; i < m->nreads; i++)
         if (*(const uintptr_t *)m->reads[i].addr != m->reads[i].value)
@@ -985,7 +984,6 @@ static void keep(struct unwind_memo *m, const struct walk_state *w, uintptr_t pc
     m->nobjects = unwind_use_find_object ? w->nobjects : 0;
     for (unsigned i = 0; i < m->nobjects; i++) {
         m->objects[i].at = w->objects[i].start;
-        m->objects[i].tag = w->objects[i].tag;
         m->objects[i].entry = w->objects[i].entry;
     }
     m->unloads = w->unloads;

@@ -92,8 +92,9 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
  * from it before a frame restores it: code without frame pointers keeps
  * anything there), the code at the return addresses it meets (their
  * rules) and the stack words it reads.  The memo keeps the
- * objects the walk met (with their tags, as the rule cache does: a
- * dlclose() and another load at the same address change the tag) and every
+ * objects the walk met (their entries in the table of objects met before,
+ * which the rule cache's tags come from: after a dlclose() another load at
+ * the same address no longer matches its entry) and every
  * word read, address and value.  A replay checks the objects first, so
  * the code is the same; then the words in the walk's order: each address
  * was computed from words already found equal, so it reads only what the
@@ -110,8 +111,8 @@ struct unwind_memo {
     unsigned nobjects, nreads, nframes;
     struct {
         uintptr_t at; /* an address in the object (its first byte) */
-        uint64_t tag;
-        int entry;    /* its entry in unwind.c's table of objects met */
+        int entry;    /* its entry in unwind.c's table of objects met, whose
+                       * tag names the loading of its code */
     } objects[UNWIND_MEMO_OBJECTS];
     struct {
         uintptr_t addr, value;
