@@ -25,11 +25,18 @@
 # A run that crashes or fails shows as FAIL, is listed at the end, and makes
 # the exit status 1 (the tables are still printed).
 #
-# usage: bench/compare.sh [-r ROUNDS] [-t MIN_TIME] [-f REGEX] [-o DIR] [-m FILE]
+# usage: bench/compare.sh [-r ROUNDS] [-t MIN_TIME] [-f REGEX] [-c CPU] [-o DIR] [-m FILE]
 #   -r N      rounds (env ROUNDS, default 5)
 #   -t SEC    --benchmark_min_time per run (env MIN_TIME, default 0.1)
 #   -f REGEX  only benchmarks whose name (pair/16, cxx_workload, ...) matches
 #             (python re.search; env FILTER, default: all)
+#   -c CPU    run each single-threaded benchmark pinned to CPU (taskset; env
+#             PIN_CPU, default: unpinned).  On a VM whose vCPUs run at
+#             different speeds (one shared with a busy neighbour) an unpinned
+#             process lands on either and its time is bimodal; pinned, every
+#             configuration runs on the same CPU.  Single-threaded: bench_core
+#             registers it with real time (RegisterSingleThread), and
+#             cxx_workload; the threaded ones always run unpinned
 #   -o DIR    keep every run's JSON, stdout/stderr and peak RSS in DIR (env KEEP)
 #   -m FILE   also write the tables as markdown to FILE (env MARKDOWN)
 # env: CONFIGS (default "salloc salloc-noprof glibc jemalloc tcmalloc
@@ -50,13 +57,15 @@ MIN_TIME=${MIN_TIME:-0.1}
 FILTER=${FILTER:-}
 KEEP=${KEEP:-}
 MARKDOWN=${MARKDOWN:-}
+PIN_CPU=${PIN_CPU:-}
 
 die() { echo "compare.sh: $*" >&2; exit 2; }
-while getopts "r:t:f:o:m:h" opt; do
+while getopts "r:t:f:c:o:m:h" opt; do
     case $opt in
         r) ROUNDS=$OPTARG ;;
         t) MIN_TIME=$OPTARG ;;
         f) FILTER=$OPTARG ;;
+        c) PIN_CPU=$OPTARG ;;
         o) KEEP=$OPTARG ;;
         m) MARKDOWN=$OPTARG ;;
         *) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
@@ -66,9 +75,11 @@ shift $((OPTIND - 1))
 (($# == 0)) || die "unexpected argument '$1' (see -h)"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "rounds must be a positive integer, got '$ROUNDS'"
 [[ $MIN_TIME =~ ^[0-9]*\.?[0-9]+$ ]] || die "min time must be a number of seconds, got '$MIN_TIME'"
+[[ -z $PIN_CPU || $PIN_CPU =~ ^[0-9]+$ ]] || die "cpu must be a CPU number, got '$PIN_CPU'"
+[[ -z $PIN_CPU ]] || command -v taskset >/dev/null || die "-c needs taskset (util-linux)"
 command -v python3 >/dev/null || die "python3 is required (runs the benchmarks, parses their JSON)"
 
-export ROOT=$root ROUNDS MIN_TIME FILTER KEEP MARKDOWN
+export ROOT=$root ROUNDS MIN_TIME FILTER KEEP MARKDOWN PIN_CPU
 export BENCH_BIN=${BENCH_BIN:-$root/bench/bin/bench_core}
 export CXX_WORKLOAD_BIN=${CXX_WORKLOAD_BIN:-$root/bench/bin/cxx_workload}
 export CONFIGS=${CONFIGS:-salloc salloc-noprof glibc jemalloc tcmalloc mimalloc}
@@ -86,6 +97,7 @@ import json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time
 E = os.environ
 ROOT, ROUNDS, MIN_TIME = E["ROOT"], int(E["ROUNDS"]), E["MIN_TIME"]
 FILTER, KEEP, MARKDOWN = E["FILTER"], E["KEEP"], E["MARKDOWN"]
+PIN_CPU = E["PIN_CPU"]
 BENCH_BIN, CXX_BIN = E["BENCH_BIN"], E["CXX_WORKLOAD_BIN"]
 CXX_ROW = "cxx_workload"
 RUN_TIMEOUT = 600    # seconds; a hung run counts as a failure
@@ -124,6 +136,10 @@ SUFFIX = re.compile(r"(/(real_time|manual_time|process_time|iterations:\d+|"
 listed = subprocess.run([BENCH_BIN, "--benchmark_list_tests"], check=True,
                         capture_output=True, text=True).stdout.split()
 full_name = {SUFFIX.sub("", n): n for n in listed}
+# What -c pins: bench_core times its single-threaded benchmarks in real time
+# (UseRealTime) and the self-timed, thread-spawning ones manually.
+single_threaded = {b for b, n in full_name.items() if n.endswith("/real_time")}
+single_threaded.add(CXX_ROW)
 benches = [b for b in list(full_name) + [CXX_ROW] if re.search(FILTER, b)]
 if not benches:
     sys.exit(f"compare.sh: no benchmark matches '{FILTER}'")
@@ -152,6 +168,8 @@ def run(config, bench, r):
                "--benchmark_out_format=json"]
     if lib:   # preloaded into the measured program only, not into time
         cmd = ["env", f"LD_PRELOAD={lib}", *cmd]
+    if PIN_CPU and bench in single_threaded:
+        cmd = ["taskset", "-c", PIN_CPU, *cmd]
     if TIME_BIN:
         cmd = [TIME_BIN, "-f", "%M", "-o", f"{stem}.rss", *cmd]
     try:
@@ -311,7 +329,8 @@ except OSError:
 header = [
     f"machine: {sh(['nproc']) or os.cpu_count()} cores (nproc), {cpu}, Linux {os.uname().release}",
     f"runs: {ROUNDS} interleaved round(s), --benchmark_min_time={MIN_TIME}, each benchmark "
-    f"in its own process; {elapsed:.0f} s in all",
+    f"in its own process; {elapsed:.0f} s in all"
+    + (f"; single-threaded benchmarks pinned to CPU {PIN_CPU}" if PIN_CPU else ""),
     "versions: " + "; ".join(dict.fromkeys(version(c) for c in configs)),
 ]
 configs_line = "configurations: " + ", ".join(

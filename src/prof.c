@@ -143,6 +143,7 @@ void prof_thread_init(struct tcache *tc)
 {
     tc->prof.active = __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED);
     tc->prof.memo.pc = 0; /* a reused cache: its last owner's stack is not this one */
+    tc->prof.memo_stack = NULL;
     sampler_thread_init(tc);
 }
 
@@ -379,11 +380,6 @@ static void sample_recycle(struct sample_shard *sh, struct sample *s)
     sa_unlock(&sh->lock);
 }
 
-/* Captures the calling thread's stack into the stack table, under the
- * reentrancy guard; NULL if the thread is already inside the profiler (the
- * unwinder allocating: that allocation is served unsampled) or the table is
- * out of memory.  On success the guard stays set: publish() or
- * sample_failed clears it. */
 static struct prof_stack *walk_and_intern(const struct unwind_from *from)
 {
     void *frames[STACK_MAX_DEPTH];
@@ -391,18 +387,36 @@ static struct prof_stack *walk_and_intern(const struct unwind_from *from)
     return stack_intern(frames, depth);
 }
 
+/* The stack from `from` on, through the thread's memo: a replayed walk
+ * gives the frames the memo's stack was interned from, so it is that
+ * record again, without hashing and comparing them. */
+static struct prof_stack *walk_and_intern_memo(struct tcache *tc, const struct unwind_from *from)
+{
+    struct unwind_memo *m = &tc->prof.memo;
+    struct unwind_from mine = *from;
+    mine.memo = m;
+    m->last = UNWIND_MEMO_UNUSED; /* stays so if stack.c walks without it */
+    void *frames[STACK_MAX_DEPTH];
+    unsigned depth = stack_capture_from(&mine, frames, STACK_MAX_DEPTH);
+    if (m->last == UNWIND_MEMO_REPLAYED && tc->prof.memo_stack)
+        return tc->prof.memo_stack;
+    struct prof_stack *st = stack_intern(frames, depth);
+    if (m->last != UNWIND_MEMO_UNUSED)
+        tc->prof.memo_stack = st;
+    return st;
+}
+
+/* Captures the calling thread's stack into the stack table, under the
+ * reentrancy guard; NULL if the thread is already inside the profiler (the
+ * unwinder allocating: that allocation is served unsampled) or the table is
+ * out of memory.  On success the guard stays set: publish() or
+ * sample_failed clears it. */
 static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_from *from)
 {
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    struct unwind_from mine;
-    if (from) { /* the walk may replay the thread's last one (unwind.h) */
-        mine = *from;
-        mine.memo = &tc->prof.memo;
-        from = &mine;
-    }
-    struct prof_stack *st = walk_and_intern(from);
+    struct prof_stack *st = from ? walk_and_intern_memo(tc, from) : walk_and_intern(NULL);
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;

@@ -55,6 +55,8 @@
 #include "unwind.h"
 #include "util.h"
 
+struct prof_stack;
+
 struct tcache_bin {
     void *head;
     uint16_t room; /* max - objects on the list (wraps only inside an overflow) */
@@ -81,6 +83,9 @@ struct tcache_prof {
     int64_t weight;
     char name[64];       /* thread.prof.name, "" if unset */
     struct unwind_memo memo; /* this thread's last walk (unwind.h) */
+    /* The interned stack of memo's walk (NULL: not interned yet): a replay
+     * gives the same frames, so the same record (records live forever). */
+    struct prof_stack *memo_stack;
 };
 
 /* Objects freed by this thread that belong to another thread's spans, on

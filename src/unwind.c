@@ -1006,16 +1006,20 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
     frames[0] = (void *)from->pc;
     if (m) {
         int k = replay(m, &w, from->pc, from->sp, from->rbp, frames + 1, max - 1);
-        if (k >= 0)
+        if (k >= 0) {
+            m->last = UNWIND_MEMO_REPLAYED;
             return 1 + (unsigned)k;
+        }
         m->pc = 0;
         m->nreads = 0;      /* the walk below notes its reads afresh */
         m->rbp_matters = false;
         w.unkept = false; /* the check's lookups were not the walk's */
     }
     unsigned n = 1 + walk(&w, from->pc, from->sp, from->rbp, false, frames + 1, max - 1, complete, m);
-    if (m)
+    if (m) {
         keep(m, &w, from->pc, from->sp, from->rbp, frames + 1, n - 1, max - 1, *complete);
+        m->last = m->pc ? UNWIND_MEMO_KEPT : UNWIND_MEMO_UNUSED;
+    }
     if (!*complete)
         count(&stats.incomplete);
     return n;

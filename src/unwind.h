@@ -107,6 +107,15 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
 struct unwind_memo {
     uintptr_t pc, sp, rbp; /* where the walk started; pc 0: none kept */
     bool rbp_matters;      /* a frame's CFA came from the starting rbp */
+    /* What the last capture through the memo made of it, for a caller
+     * that derives something from a walk's frames (the profiler: their
+     * interned stack) and may reuse it when the same frames come again. */
+    enum {
+        UNWIND_MEMO_UNUSED,   /* neither below (a caller that may capture
+                               * without the memo sets this first) */
+        UNWIND_MEMO_KEPT,     /* the frames are the walk now kept */
+        UNWIND_MEMO_REPLAYED, /* the frames are the kept walk's, again */
+    } last;
     uint64_t unloads;      /* without _dl_find_object: the walk's tag */
     unsigned nobjects, nreads, nframes;
     struct {

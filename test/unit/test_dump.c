@@ -11,6 +11,9 @@
  *     within 4 standard errors of the truth, and its spread matches the
  *     theoretical standard deviation sqrt(sum Z^2 e^(-Z/R) / (1 - e^(-Z/R)));
  *   - a rate change between samples and dump keeps the estimate unbiased;
+ *   - every sample names its own stack when a thread samples one site
+ *     through two callers and two sites through one (a replayed walk
+ *     reuses the stack record of the walk it replays, prof.c);
  *   - MAPPED_LIBRARIES stays sorted and free of overlaps while another
  *     thread splits and merges mappings (the kernel's maps file is read a
  *     page at a time and can go back between reads).
@@ -34,7 +37,9 @@
 #include "dump.h"
 #include "prof.h"
 #include "sites.h"
+#include "stack.h"
 #include "unit.h"
+#include "unwind.h"
 
 #define ROUNDS 40
 #define LG 16 /* R = 64 KiB: enough samples per round for a quick test */
@@ -43,12 +48,29 @@ SECTION_BOUNDS(small)
 SECTION_BOUNDS(huge)
 SECTION_BOUNDS(mixed)
 SECTION_BOUNDS(exact)
+SECTION_BOUNDS(alt_a)
+SECTION_BOUNDS(alt_b)
+SECTION_BOUNDS(via_x)
+SECTION_BOUNDS(via_y)
 
 
 SITE(small) void *site_small(void) { CALL_MALLOC(16); }
 SITE(huge) void *site_huge(void) { CALL_MALLOC((size_t)8 << 20); }
 SITE(mixed) void *site_mixed(size_t n) { CALL_MALLOC(n); }
 SITE(exact) void *site_exact(void) { CALL_MALLOC((size_t)1 << LG); }
+SITE(alt_a) void *site_alt_a(void) { CALL_MALLOC(64); }
+SITE(alt_b) void *site_alt_b(void) { CALL_MALLOC(64); }
+/* Two callers of a site, with frames of one size: the site's malloc call
+ * starts at one pc and rsp through either, and the stacks differ only in
+ * the return address into the caller. */
+#define CALL_SITE(site)                                                        \
+    do {                                                                       \
+        void *p_ = (site)();                                                   \
+        __asm__ volatile("" : : "r"(p_) : "memory");                           \
+        return p_;                                                             \
+    } while (0)
+SITE(via_x) void *via_x(void *(*site)(void)) { CALL_SITE(site); }
+SITE(via_y) void *via_y(void *(*site)(void)) { CALL_SITE(site); }
 
 enum { S_SMALL, S_HUGE, S_MIXED, S_EXACT, NSITES };
 static const char *site_names[NSITES] = {"small", "huge", "mixed", "exact"};
@@ -370,6 +392,54 @@ static void test_dump_maps_sorted_while_mappings_change(void **state)
     assert_true(most > CHURN_PAGES / 4); /* the dumps did see the split region */
 }
 
+/* Replays reuse the stack record of the walk they replay: each sample
+ * of a sequence that replays some walks, and changes site or caller between
+ * them, still names its own site and caller. */
+static void test_dump_replayed_walks_keep_their_own_stacks(void **state)
+{
+    (void)state;
+    static const struct {
+        void *(*via)(void *(*)(void));
+        void *(*site)(void);
+    } order[] = {
+        {via_x, site_alt_a}, {via_x, site_alt_a}, /* the second replays */
+        {via_x, site_alt_b}, {via_x, site_alt_b}, /* another site */
+        {via_y, site_alt_b}, {via_y, site_alt_b}, /* the same site, another caller */
+        {via_x, site_alt_a}, {via_y, site_alt_a}, {via_y, site_alt_a},
+    };
+    enum { N = sizeof(order) / sizeof(order[0]) };
+    size_t saved = prof_lg_sample_get();
+    prof_reset(0); /* R = 1: every allocation is sampled */
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    void *p[N];
+    for (size_t i = 0; i < N; i++)
+        p[i] = order[i].via(order[i].site);
+    unwind_get_stats(&after);
+    static struct dump_entry entries[4096];
+    size_t n = prof_snapshot(entries, 4096); /* this epoch's samples */
+    prof_reset(saved);
+    for (size_t i = 0; i < N; i++) {
+        const struct prof_stack *st = NULL;
+        for (size_t k = 0; k < n && !st; k++)
+            if (entries[k].ptr == p[i])
+                st = entries[k].stack;
+        assert_non_null(st);
+        assert_true(st->depth >= 2);
+        uintptr_t site = (uintptr_t)st->frames[0], via = (uintptr_t)st->frames[1];
+        bool a = order[i].site == site_alt_a, x = order[i].via == via_x;
+        if (!(a ? IN_SECTION(alt_a, site) : IN_SECTION(alt_b, site)) ||
+            !(x ? IN_SECTION(via_x, via) : IN_SECTION(via_y, via)))
+            fail_msg("sample %zu (site %c via %c) has the stack of another", i, a ? 'a' : 'b',
+                     x ? 'x' : 'y');
+    }
+    /* The second of each pair replayed (a sample where a walk was due
+     * would test nothing here). */
+    assert_true(after.replays - before.replays >= 4);
+    for (size_t i = 0; i < N; i++)
+        free(p[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
+        cmocka_unit_test(test_dump_replayed_walks_keep_their_own_stacks),
         cmocka_unit_test(test_dump_maps_sorted_while_mappings_change),
     };
     return cmocka_run_group_tests_name("dump", tests, setup, teardown);
