@@ -315,17 +315,17 @@ void central_check(unsigned cls)
 void central_prefork(void)
 {
     for (unsigned c = 1; c < SA_NUM_CLASSES; c++)
-        pthread_mutex_lock(&centrals[c].lock.mutex); /* same rank: see lock.h */
+        sa_lock_unranked(&centrals[c].lock); /* same rank: see lock.h */
 }
 
 void central_postfork_parent(void)
 {
     for (unsigned c = 1; c < SA_NUM_CLASSES; c++)
-        pthread_mutex_unlock(&centrals[c].lock.mutex);
+        sa_unlock_unranked(&centrals[c].lock);
 }
 
 void central_postfork_child(void)
 {
     for (unsigned c = 1; c < SA_NUM_CLASSES; c++)
-        pthread_mutex_init(&centrals[c].lock.mutex, NULL);
+        sa_lock_reset_unranked(&centrals[c].lock);
 }

@@ -5,6 +5,10 @@
  */
 #include "lock.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "log.h"
 
 static __thread unsigned held_ranks __attribute__((tls_model("initial-exec")));
@@ -20,8 +24,8 @@ void lock_rank_acquire(enum lock_rank rank)
 /* salloc's critical sections are short (a batch moved, a span split):
  * the holder is usually done within a few hundred cycles, far less than
  * a futex sleep and wake-up cost both threads.  So watch the lock word
- * (glibc's, read without writing it, so the holder's line is not pulled
- * away) for a while, and sleep in pthread_mutex_lock only after that. */
+ * (read without writing it, so the holder's line is not pulled away) for
+ * a while, and sleep only after that. */
 #define LOCK_SPINS 200
 
 void sa_lock_contended(sa_lock_t *l)
@@ -30,11 +34,22 @@ void sa_lock_contended(sa_lock_t *l)
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-        if (__atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) == 0 &&
-            pthread_mutex_trylock(&l->mutex) == 0)
+        int expected = LOCK_FREE;
+        if (__atomic_load_n(&l->word, __ATOMIC_RELAXED) == LOCK_FREE &&
+            __atomic_compare_exchange_n(&l->word, &expected, LOCK_HELD, false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
             return;
     }
-    pthread_mutex_lock(&l->mutex);
+    /* Sleep, marking the word so the holder's unlock wakes someone.  A
+     * thread that gets the lock this way leaves the mark: another may
+     * still sleep, and a wake-up too many costs only a system call. */
+    while (__atomic_exchange_n(&l->word, LOCK_HELD_WAITERS, __ATOMIC_ACQUIRE) != LOCK_FREE)
+        syscall(SYS_futex, &l->word, FUTEX_WAIT_PRIVATE, LOCK_HELD_WAITERS, NULL, NULL, 0);
+}
+
+void sa_lock_wake(sa_lock_t *l)
+{
+    syscall(SYS_futex, &l->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 void lock_rank_release(enum lock_rank rank)

@@ -1,7 +1,8 @@
 /*
  * lock.h: salloc's mutex and the one place that states the lock order.
- * The mutex is glibc's, taken with a try first; a lock another thread
- * holds is watched for a while before the thread sleeps (lock.c).
+ * The mutex is a futex word, taken with one compare-and-swap inline; a
+ * lock another thread holds is watched for a while before the thread
+ * sleeps in the kernel (lock.c).
  *
  * Every lock has a rank; a thread may only take a lock of a higher rank than
  * any it already holds.  Debug builds check this on every acquire (a
@@ -26,14 +27,15 @@
  *   LOCK_RANK_PAGEHEAP  the page heap and pagemap writers (pageheap.c)
  *   LOCK_RANK_META      salloc's metadata chunks (meta.c)
  *
- * The lock is a pthread mutex: it never allocates, parks waiters in the
- * kernel instead of spinning on a 2-core machine, and fork.c can reinitialise
- * it in a child.
+ * The lock never allocates, parks waiters in the kernel instead of spinning
+ * for long on a 2-core machine, and fork.c can reset it in a child.  It is
+ * not glibc's pthread mutex because a sample takes two locks and a refill
+ * or flush one: glibc's trylock and unlock are calls of about 55
+ * instructions together, through the mutex's type and elision checks,
+ * where a lock word needs one locked instruction each way.
  */
 #ifndef SA_LOCK_H
 #define SA_LOCK_H
-
-#include <pthread.h>
 
 #include "util.h"
 
@@ -52,40 +54,65 @@ enum lock_rank {
     LOCK_RANK_META,
 };
 
+/* The word: a futex (int), as in Drepper's "Futexes Are Tricky", mutex 2. */
+enum { LOCK_FREE, LOCK_HELD, LOCK_HELD_WAITERS /* someone may sleep on it */ };
+
 typedef struct sa_lock {
-    pthread_mutex_t mutex;
+    int word;
     enum lock_rank rank;
 } sa_lock_t;
 
-#define SA_LOCK_INITIALIZER(r) { PTHREAD_MUTEX_INITIALIZER, (r) }
+#define SA_LOCK_INITIALIZER(r) { LOCK_FREE, (r) }
 
 /* Debug-only bookkeeping of the ranks this thread holds (lock.c). */
 void lock_rank_acquire(enum lock_rank rank);
 void lock_rank_release(enum lock_rank rank);
 
-/* A lock taken by another thread: spin a while before sleeping (lock.c). */
+/* A lock taken by another thread: spin a while, then sleep (lock.c). */
 void sa_lock_contended(sa_lock_t *l);
+/* Wakes one thread sleeping on `l` (lock.c). */
+void sa_lock_wake(sa_lock_t *l);
+
+/* Takes `l` without rank bookkeeping: for the prefork handlers, which take
+ * every lock of one rank at once (see the order above). */
+static inline void sa_lock_unranked(sa_lock_t *l)
+{
+    int expected = LOCK_FREE;
+    if (unlikely(!__atomic_compare_exchange_n(&l->word, &expected, LOCK_HELD, false,
+                                              __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+        sa_lock_contended(l);
+}
+
+static inline void sa_unlock_unranked(sa_lock_t *l)
+{
+    if (unlikely(__atomic_exchange_n(&l->word, LOCK_FREE, __ATOMIC_RELEASE) == LOCK_HELD_WAITERS))
+        sa_lock_wake(l);
+}
 
 static inline void sa_lock(sa_lock_t *l)
 {
     if (SA_DEBUG)
         lock_rank_acquire(l->rank);
-    if (pthread_mutex_trylock(&l->mutex) != 0)
-        sa_lock_contended(l);
+    sa_lock_unranked(l);
 }
 
 static inline void sa_unlock(sa_lock_t *l)
 {
-    pthread_mutex_unlock(&l->mutex);
+    sa_unlock_unranked(l);
     if (SA_DEBUG)
         lock_rank_release(l->rank);
 }
 
 /* After fork(), in the child: the lock was held by the forking thread (in
- * fork.c's prepare handler); make it a fresh, unlocked mutex. */
+ * fork.c's prepare handler), and no other thread exists to wake: free it. */
+static inline void sa_lock_reset_unranked(sa_lock_t *l)
+{
+    __atomic_store_n(&l->word, LOCK_FREE, __ATOMIC_RELAXED);
+}
+
 static inline void sa_lock_reinit(sa_lock_t *l)
 {
-    pthread_mutex_init(&l->mutex, NULL);
+    sa_lock_reset_unranked(l);
     if (SA_DEBUG)
         lock_rank_release(l->rank);
 }

@@ -24,6 +24,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -886,7 +887,7 @@ void prof_prefork(void)
     sa_lock(&dump_lock);
     sa_lock(&peak_lock);
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        pthread_mutex_lock(&shards[i].lock.mutex); /* same rank: see lock.h */
+        sa_lock_unranked(&shards[i].lock); /* same rank: see lock.h */
     stack_prefork();
     sampled_pages_prefork();
 }
@@ -896,7 +897,7 @@ void prof_postfork_parent(void)
     sampled_pages_postfork_parent();
     stack_postfork_parent();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        pthread_mutex_unlock(&shards[i].lock.mutex);
+        sa_unlock_unranked(&shards[i].lock);
     sa_unlock(&peak_lock);
     sa_unlock(&dump_lock);
 }
@@ -906,7 +907,7 @@ void prof_postfork_child(void)
     sampled_pages_postfork_child();
     stack_postfork_child();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        pthread_mutex_init(&shards[i].lock.mutex, NULL);
+        sa_lock_reset_unranked(&shards[i].lock);
     sa_lock_reinit(&peak_lock);
     sa_lock_reinit(&dump_lock);
 }

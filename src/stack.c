@@ -231,17 +231,17 @@ void stack_accum_reset(void)
 void stack_prefork(void)
 {
     for (unsigned s = 0; s < SHARDS; s++)
-        pthread_mutex_lock(&shards[s].lock.mutex); /* same rank: see lock.h */
+        sa_lock_unranked(&shards[s].lock); /* same rank: see lock.h */
 }
 
 void stack_postfork_parent(void)
 {
     for (unsigned s = 0; s < SHARDS; s++)
-        pthread_mutex_unlock(&shards[s].lock.mutex);
+        sa_unlock_unranked(&shards[s].lock);
 }
 
 void stack_postfork_child(void)
 {
     for (unsigned s = 0; s < SHARDS; s++)
-        pthread_mutex_init(&shards[s].lock.mutex, NULL);
+        sa_lock_reset_unranked(&shards[s].lock);
 }
