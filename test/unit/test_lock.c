@@ -47,7 +47,7 @@ static void test_lock_excludes_under_contention(void **state)
     for (int i = 0; i < THREADS; i++)
         pthread_join(t[i], NULL);
     assert_int_equal(counter, (unsigned long)THREADS * ROUNDS);
-    assert_int_equal(counted.word, LOCK_FREE);
+    assert_int_equal(__atomic_load_n(&counted.word, __ATOMIC_RELAXED), LOCK_FREE);
 }
 
 static sa_lock_t held = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL);
@@ -80,7 +80,7 @@ static void test_lock_sleeper_is_woken(void **state)
         sleep_ms(1);
         waited_ms++;
     }
-    assert_int_equal(held.word, LOCK_HELD_WAITERS);
+    assert_int_equal(__atomic_load_n(&held.word, __ATOMIC_RELAXED), LOCK_HELD_WAITERS);
     sleep_ms(20); /* asleep in the kernel by now, not spinning */
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
     sa_unlock(&held);
@@ -91,10 +91,10 @@ static void test_lock_sleeper_is_woken(void **state)
     if (rc == ETIMEDOUT)
         fail_msg("the waiter was not woken by the unlock");
     assert_int_equal(rc, 0);
-    assert_int_equal(got_it, 1);
+    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
     /* The waiter took the lock marked (another might have slept too), so
      * its own unlock made a wake-up call that found no one: harmless. */
-    assert_int_equal(held.word, LOCK_FREE);
+    assert_int_equal(__atomic_load_n(&held.word, __ATOMIC_RELAXED), LOCK_FREE);
 }
 
 static void test_lock_reset_in_fork_child(void **state)
