@@ -36,7 +36,8 @@
 #             process lands on either and its time is bimodal; pinned, every
 #             configuration runs on the same CPU.  Single-threaded: bench_core
 #             registers it with real time (RegisterSingleThread), and
-#             cxx_workload; the threaded ones always run unpinned
+#             cxx_workload; the self-timed ones (threaded, and phase) run
+#             unpinned
 #   -o DIR    keep every run's JSON, stdout/stderr and peak RSS in DIR (env KEEP)
 #   -m FILE   also write the tables as markdown to FILE (env MARKDOWN)
 # env: CONFIGS (default "salloc salloc-noprof glibc jemalloc tcmalloc
@@ -137,7 +138,8 @@ listed = subprocess.run([BENCH_BIN, "--benchmark_list_tests"], check=True,
                         capture_output=True, text=True).stdout.split()
 full_name = {SUFFIX.sub("", n): n for n in listed}
 # What -c pins: bench_core times its single-threaded benchmarks in real time
-# (UseRealTime) and the self-timed, thread-spawning ones manually.
+# (UseRealTime); the self-timed ones (every threaded one, and phase) time
+# themselves and stay unpinned.
 single_threaded = {b for b, n in full_name.items() if n.endswith("/real_time")}
 single_threaded.add(CXX_ROW)
 benches = [b for b in list(full_name) + [CXX_ROW] if re.search(FILTER, b)]

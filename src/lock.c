@@ -5,11 +5,8 @@
  */
 #include "lock.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include "log.h"
+#include "os.h"
 
 static __thread unsigned held_ranks __attribute__((tls_model("initial-exec")));
 
@@ -44,12 +41,12 @@ void sa_lock_contended(sa_lock_t *l)
      * thread that gets the lock this way leaves the mark: another may
      * still sleep, and a wake-up too many costs only a system call. */
     while (__atomic_exchange_n(&l->word, LOCK_HELD_WAITERS, __ATOMIC_ACQUIRE) != LOCK_FREE)
-        syscall(SYS_futex, &l->word, FUTEX_WAIT_PRIVATE, LOCK_HELD_WAITERS, NULL, NULL, 0);
+        os_futex_wait(&l->word, LOCK_HELD_WAITERS);
 }
 
 void sa_lock_wake(sa_lock_t *l)
 {
-    syscall(SYS_futex, &l->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    os_futex_wake_one(&l->word);
 }
 
 void lock_rank_release(enum lock_rank rank)

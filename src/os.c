@@ -1,13 +1,15 @@
 /*
- * os.c: mmap, munmap, madvise and the clock (see os.h for the contracts).
+ * os.c: mmap, munmap, madvise, futexes and the clock (see os.h for the contracts).
  */
 #define _GNU_SOURCE
 #include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,6 +100,16 @@ uint64_t os_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void os_futex_wait(int *word, int expected)
+{
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void os_futex_wake_one(int *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 uint64_t os_wall_ns(void)

@@ -63,6 +63,12 @@ bool os_thp_always(void);
 /* The kernel's page size (4 KiB on x86-64), read once. */
 size_t os_page_size(void);
 
+/* Sleeps while *word == expected (or until a wake-up or a signal: the
+ * caller looks again either way); wakes one thread sleeping on word.
+ * Process-private futexes, for lock.c. */
+void os_futex_wait(int *word, int expected);
+void os_futex_wake_one(int *word);
+
 /* Monotonic time in nanoseconds; cheap (vDSO), coarse (a few ms). */
 uint64_t os_now_ns(void);
 

@@ -381,10 +381,11 @@ static void sample_recycle(struct sample_shard *sh, struct sample *s)
     sa_unlock(&sh->lock);
 }
 
-static struct prof_stack *walk_and_intern(const struct unwind_from *from)
+/* The calling thread's stack, walked from here (no memo), interned. */
+static struct prof_stack *walk_and_intern(void)
 {
     void *frames[STACK_MAX_DEPTH];
-    unsigned depth = stack_capture_from(from, frames, STACK_MAX_DEPTH);
+    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
     return stack_intern(frames, depth);
 }
 
@@ -417,7 +418,7 @@ static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_f
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    struct prof_stack *st = from ? walk_and_intern_memo(tc, from) : walk_and_intern(NULL);
+    struct prof_stack *st = from ? walk_and_intern_memo(tc, from) : walk_and_intern();
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
@@ -591,7 +592,7 @@ static struct prof_stack *free_stack(void)
     if (!tc || tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
-    struct prof_stack *st = walk_and_intern(NULL);
+    struct prof_stack *st = walk_and_intern();
     tc->prof.in_prof = false;
     return st;
 }
