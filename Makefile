@@ -70,7 +70,7 @@ build/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/
 	$(TO_SALLOC_TEXT)
 
 $(SHLIB): $(LIB_OBJS) | lib
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden -pthread \
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,-z,nodelete -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden -pthread \
 	    $(LDFLAGS) -o $@ $(LIB_OBJS)
 
 lib/libsalloc.so: $(SHLIB)
@@ -281,7 +281,7 @@ build/ubsan/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | b
 	$(TO_SALLOC_TEXT)
 
 $(UBSAN_SHLIB): $(UBSAN_LIB_OBJS)
-	$(CC) -shared $(UBSAN) -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden \
+	$(CC) -shared $(UBSAN) -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,-z,nodelete -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden \
 	    -pthread $(LDFLAGS) -o $@ $(UBSAN_LIB_OBJS)
 
 $(UBSAN_UNIT_TESTS): test/bin/ubsan/%: test/unit/%.c test/unit/unit.h test/unit/sites.h build/ubsan/libsalloc_test.a | test/bin/ubsan

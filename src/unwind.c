@@ -18,7 +18,9 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <link.h>
+#include <sys/auxv.h>
 #include <stddef.h>
 #include <string.h>
 #include <ucontext.h>
@@ -282,6 +284,8 @@ struct known_object {
     size_t id_len;
     uint64_t id_hash; /* id_mix of them, as the tag took them */
     uint64_t tag;
+    bool permanent; /* never unloaded (permanent_object): a memo's check
+                     * needs no lookup */
     bool ready;
 };
 
@@ -307,6 +311,26 @@ static int known_index(const struct dl_find_object *f)
     return -1;
 }
 
+/* Whether `f` is an object glibc never unloads: dlclose() unloads only
+ * what dlopen() loaded (and not even that if marked nodelete), never what
+ * the program's own loading brought in.  Those found here for sure: the
+ * program, the loader, the libc that salloc's own references resolved to,
+ * and salloc itself (linked -z nodelete, so even when dlopen()ed).  Once
+ * per object met (known_add), so four lookups each are nothing. */
+static bool permanent_object(const struct dl_find_object *f)
+{
+    const void *const in[] = {(const void *)getauxval(AT_ENTRY), (const void *)_dl_find_object,
+                              (const void *)gnu_get_libc_version,
+                              (const void *)unwind_capture_from};
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        struct dl_find_object p;
+        if (in[i] && _dl_find_object((void *)in[i], &p) == 0 &&
+            p.dlfo_link_map == f->dlfo_link_map && p.dlfo_map_start == f->dlfo_map_start)
+            return true;
+    }
+    return false;
+}
+
 /* Keeps `o` (just described from `f`) if its build ID is in its first
  * page and the table has room: its entry, or -1. */
 static int known_add(const struct object *o, const struct dl_find_object *f)
@@ -323,7 +347,8 @@ static int known_add(const struct object *o, const struct dl_find_object *f)
     known[i] = (struct known_object){
         .link_map = (uintptr_t)f->dlfo_link_map, .map_start = o->map_start,
         .map_end = o->map_end, .eh_frame = (uintptr_t)f->dlfo_eh_frame, .id = id,
-        .id_len = len, .id_hash = id_mix(id, len), .tag = o->tag};
+        .id_len = len, .id_hash = id_mix(id, len), .tag = o->tag,
+        .permanent = permanent_object(f)};
     __atomic_store_n(&known[i].ready, true, __ATOMIC_RELEASE);
     return (int)i;
 }
@@ -357,12 +382,21 @@ static uint64_t object_tag(uintptr_t pc, uintptr_t *start, uintptr_t *end, int *
 
 /* Whether the object at `at` is still the one of entry `entry` (a memo's
  * check, unwind.h): what _dl_find_object says of it matches the entry, as
- * object_tag would find it, without the search through the table. */
+ * object_tag would find it, without the search through the table.  An
+ * object never unloaded is where it was: only `at` is checked, which
+ * still tells a memo that names the wrong entry (a test makes one). */
 static bool still_known(uintptr_t at, int entry, uintptr_t *start, uintptr_t *end)
 {
 #if HAVE_DL_FIND_OBJECT
+    if (entry < 0 || entry >= KNOWN_OBJECTS)
+        return false;
+    if (known[entry].permanent) {
+        *start = known[entry].map_start;
+        *end = known[entry].map_end;
+        return at == *start;
+    }
     struct dl_find_object f;
-    if (entry < 0 || entry >= KNOWN_OBJECTS || !_dl_find_object ||
+    if (!_dl_find_object ||
         _dl_find_object((void *)at, &f) != 0 || !f.dlfo_link_map ||
         !known_matches(&known[entry], &f))
         return false;
@@ -718,6 +752,15 @@ bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t
     *cfa_off = RULE_CFA_OFF(r);
     *rbp_slot = RULE_RBP_SLOT(r);
     return RULE_KIND(r) == RULE_FRAME || RULE_KIND(r) == RULE_END;
+}
+
+int unwind_object_permanent_for_test(const void *pc)
+{
+    uintptr_t start, end;
+    int entry;
+    if (!object_tag((uintptr_t)pc, &start, &end, &entry) || entry < 0)
+        return -1;
+    return known[entry].permanent;
 }
 
 /* ---- 3. the cache and the walk ---- */

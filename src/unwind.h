@@ -154,4 +154,9 @@ void unwind_get_stats(struct unwind_stats *st);
 bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
                           uint32_t *rbp_slot);
 
+/* For tests: 1 if the object holding `pc` is one a memo's check trusts to
+ * stay loaded (unwind.c's permanent_object), 0 if it is looked up again
+ * at each check, -1 if it is not in the table of objects met. */
+int unwind_object_permanent_for_test(const void *pc);
+
 #endif
