@@ -326,9 +326,22 @@ size_t prof_peak_snapshot(struct dump_entry *out, size_t cap)
 
 /* ---- sampled allocations ---- */
 
-/* Makes `fields` a live sample: a spare record of the shard (or a new one)
- * filled and linked in under one hold of the shard's lock.  NULL on ENOMEM. */
-static struct sample *sample_publish(struct sample_shard *sh, const struct sample *fields)
+/* What a new sample is, as its caller knows it; publish() adds the rest. */
+struct sample_new {
+    void *ptr;
+    size_t usable, map_len, own_bytes;
+    uint64_t rate;
+    struct prof_stack *stack;
+    void *proxy;
+    struct span *span;
+    bool guarded;
+};
+
+/* Makes `n` a live sample of weight `weight`, taken by the thread named
+ * `thread`: a spare record of the shard (or a new one) filled in place and
+ * linked in under one hold of the shard's lock.  NULL on ENOMEM. */
+static struct sample *sample_publish(struct sample_shard *sh, const struct sample_new *n,
+                                     int64_t weight, const char *thread)
 {
     sa_lock(&sh->lock);
     struct sample *s = sh->spare;
@@ -337,7 +350,20 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
     else
         s = meta_alloc(sizeof(*s), 16); /* LOCK_RANK_META is below this lock */
     if (s) {
-        *s = *fields;
+        s->ptr = n->ptr;
+        s->usable = n->usable;
+        s->map_len = n->map_len;
+        s->own_bytes = n->own_bytes;
+        s->rate = n->rate;
+        s->stack = n->stack;
+        s->proxy = n->proxy;
+        s->span = n->span;
+        s->weight = weight;
+        s->epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+        s->guarded = n->guarded;
+        s->free_stack = NULL;
+        memcpy(s->thread, thread, sizeof(s->thread) - 1);
+        s->thread[sizeof(s->thread) - 1] = '\0';
         s->prev = NULL;
         s->next = sh->live;
         if (sh->live)
@@ -391,12 +417,14 @@ static struct prof_stack *walk_and_intern(void)
 
 /* The stack from `from` on, through the thread's memo: a replayed walk
  * gives the frames the memo's stack was interned from, so it is that
- * record again, without hashing and comparing them. */
+ * record again, without copying, hashing and comparing them. */
 static struct prof_stack *walk_and_intern_memo(struct tcache *tc, const struct unwind_from *from)
 {
     struct unwind_memo *m = &tc->prof.memo;
     struct unwind_from mine = *from;
     mine.memo = m;
+    if (tc->prof.memo_stack && stack_capture_would_replay(&mine))
+        return tc->prof.memo_stack;
     m->last = UNWIND_MEMO_UNUSED; /* stays so if stack.c walks without it */
     void *frames[STACK_MAX_DEPTH];
     unsigned depth = stack_capture_from(&mine, frames, STACK_MAX_DEPTH);
@@ -432,9 +460,6 @@ static void sample_failed(struct tcache *tc)
     tc->prof.in_prof = false;
 }
 
-/* Publishes a sample described by `fields` (its weight, epoch and thread
- * name filled in here): its record, or NULL (counted failed) on ENOMEM.
- * Clears the guard either way. */
 /* Z / p(Z), rounded: a sample's share of live_estimate. */
 static int64_t sample_weight(size_t usable, uint64_t rate)
 {
@@ -442,18 +467,18 @@ static int64_t sample_weight(size_t usable, uint64_t rate)
     return (int64_t)(usable / p + 0.5);
 }
 
-static struct sample *publish(struct tcache *tc, struct sample fields)
+/* Publishes sample `n` (its weight, epoch and thread name filled in here):
+ * its record, or NULL (counted failed) on ENOMEM.  Clears the guard either
+ * way.  The weight of the thread's last size and rate is kept: a program
+ * samples the same few sizes again and again. */
+static struct sample *publish(struct tcache *tc, const struct sample_new *n)
 {
-    if (fields.usable != tc->prof.weight_usable || fields.rate != tc->prof.weight_rate) {
-        tc->prof.weight = sample_weight(fields.usable, fields.rate);
-        tc->prof.weight_usable = fields.usable;
-        tc->prof.weight_rate = fields.rate;
+    if (n->usable != tc->prof.weight_usable || n->rate != tc->prof.weight_rate) {
+        tc->prof.weight = sample_weight(n->usable, n->rate);
+        tc->prof.weight_usable = n->usable;
+        tc->prof.weight_rate = n->rate;
     }
-    fields.weight = tc->prof.weight;
-    fields.epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
-    memcpy(fields.thread, tc->prof.name, sizeof(fields.thread) - 1);
-    fields.thread[sizeof(fields.thread) - 1] = '\0';
-    struct sample *s = sample_publish(shard_of(fields.ptr), &fields);
+    struct sample *s = sample_publish(shard_of(n->ptr), n, tc->prof.weight, tc->prof.name);
     if (!s) {
         sample_failed(tc);
         return NULL;
@@ -518,10 +543,11 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
         object = span->start;
     }
     void *mem = (void *)object;
-    struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable, .map_len = map_len,
-                                                   .own_bytes = span->npages << SA_PAGE_SHIFT,
-                                                   .rate = rate, .stack = st, .proxy = proxy,
-                                                   .guarded = guarded});
+    struct sample *s = publish(tc, &(struct sample_new){.ptr = mem, .usable = usable,
+                                                        .map_len = map_len,
+                                                        .own_bytes = span->npages << SA_PAGE_SHIFT,
+                                                        .rate = rate, .stack = st, .proxy = proxy,
+                                                        .guarded = guarded});
     if (!s) {
         if (guarded)
             guard_unmap(span);
@@ -541,9 +567,9 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     if (!st)
         return false;
     void *mem = (void *)span->start;
-    struct sample *s = publish(tc, (struct sample){.ptr = mem, .usable = usable,
-                                                   .map_len = span->npages << SA_PAGE_SHIFT,
-                                                   .rate = rate, .stack = st, .span = span});
+    struct sample *s = publish(tc, &(struct sample_new){.ptr = mem, .usable = usable,
+                                                        .map_len = span->npages << SA_PAGE_SHIFT,
+                                                        .rate = rate, .stack = st, .span = span});
     if (!s)
         return false;
     /* Residency is read per OS page: with transparent huge pages on for

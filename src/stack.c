@@ -117,6 +117,11 @@ unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsig
     return depth;
 }
 
+bool stack_capture_would_replay(const struct unwind_from *from)
+{
+    return walker == WALK_FAST && unwind_memo_replays(from, STACK_MAX_DEPTH + 16);
+}
+
 uint64_t stack_unwind_truncated(void) { return __atomic_load_n(&truncated, __ATOMIC_RELAXED); }
 uint64_t stack_unwind_mismatches(void) { return __atomic_load_n(&mismatches, __ATOMIC_RELAXED); }
 

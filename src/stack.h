@@ -52,6 +52,9 @@ unsigned stack_capture(void **frames, unsigned max);
  * "libgcc" and "check" ignore it (check compares whole walks). */
 struct unwind_from;
 unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsigned max);
+/* Whether stack_capture_from(from, ...) would replay from->memo's walk
+ * (unwind_memo_replays): the frames would be those the memo gave last. */
+bool stack_capture_would_replay(const struct unwind_from *from);
 /* Captures the walker could not finish (prof.unwind_truncated), and those
  * on which it disagreed with backtrace() under prof_unwind:check
  * (prof.unwind_mismatches). */

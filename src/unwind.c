@@ -986,11 +986,11 @@ __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, b
     return n;
 }
 
-/* The memo's frames if the walk from (pc, sp, rbp) would give them again
- * (see unwind.h for why a match is exact); else -1, with the objects the
- * check looked up left in `w` for the walk. */
-static int replay(const struct unwind_memo *m, struct walk_state *w, uintptr_t pc, uintptr_t sp,
-                  uintptr_t rbp, void **frames, unsigned max)
+/* How many frames the memo holds if the walk from (pc, sp, rbp) would
+ * give them again (see unwind.h for why a match is exact); else -1, with
+ * the objects the check looked up left in `w` for the walk. */
+static int replay_check(const struct unwind_memo *m, struct walk_state *w, uintptr_t pc,
+                        uintptr_t sp, uintptr_t rbp, unsigned max)
 {
     if (m->pc != pc || m->sp != sp || (m->rbp_matters && m->rbp != rbp) || m->nframes > max)
         return -1;
@@ -1007,12 +1007,29 @@ static int replay(const struct unwind_memo *m, struct walk_state *w, uintptr_t p
     for (unsigned i = 0; i < m->nreads; i++)
         if (*(const uintptr_t *)m->reads[i].addr != m->reads[i].value)
             return -1;
-    memcpy(frames, m->frames, m->nframes * sizeof(void *));
+    return (int)m->nframes;
+}
+
+static void replayed(struct unwind_memo *m)
+{
+    m->last = UNWIND_MEMO_REPLAYED;
     /* Not a locked add (one per sample, where the rest of a replay is a
      * few dozen instructions): a statistic may miss a concurrent count. */
     __atomic_store_n(&stats.replays, __atomic_load_n(&stats.replays, __ATOMIC_RELAXED) + 1,
                      __ATOMIC_RELAXED);
-    return (int)m->nframes;
+}
+
+bool unwind_memo_replays(const struct unwind_from *from, unsigned max)
+{
+    struct unwind_memo *m = from->memo;
+    if (!m || max == 0 || from->pc == 0)
+        return false;
+    struct walk_state w;
+    walk_start(&w);
+    if (replay_check(m, &w, from->pc, from->sp, from->rbp, max - 1) < 0)
+        return false;
+    replayed(m);
+    return true;
 }
 
 /* Keeps the walk just taken in `m` if a replay can vouch for it. */
@@ -1048,9 +1065,10 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
     struct unwind_memo *m = from->memo;
     frames[0] = (void *)from->pc;
     if (m) {
-        int k = replay(m, &w, from->pc, from->sp, from->rbp, frames + 1, max - 1);
+        int k = replay_check(m, &w, from->pc, from->sp, from->rbp, max - 1);
         if (k >= 0) {
-            m->last = UNWIND_MEMO_REPLAYED;
+            memcpy(frames + 1, m->frames, (unsigned)k * sizeof(void *));
+            replayed(m);
             return 1 + (unsigned)k;
         }
         m->pc = 0;
@@ -1082,6 +1100,12 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
 {
     (void)from;
     return unwind_capture(frames, max, complete);
+}
+
+bool unwind_memo_replays(const struct unwind_from *from, unsigned max)
+{
+    (void)from, (void)max;
+    return false;
 }
 #endif
 

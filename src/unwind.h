@@ -129,6 +129,12 @@ struct unwind_memo {
     void *frames[UNWIND_MEMO_FRAMES];
 };
 
+/* Whether a capture from `from` (with its memo) and `max` would replay the
+ * memo's walk: the same check, counted as a replay (memo->last says so),
+ * for a caller that needs only what it made of the memo's frames before
+ * (the profiler: their interned stack) and not the frames again. */
+bool unwind_memo_replays(const struct unwind_from *from, unsigned max);
+
 /* Whether objects are looked up with glibc's _dl_find_object (true when
  * this glibc has it); tests may switch to dl_iterate_phdr. */
 #ifdef SA_TESTING
