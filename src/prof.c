@@ -68,15 +68,14 @@ static uint64_t alloc_total;     /* bytes allocated, as reported at samples */
 static uint64_t next_interval;   /* alloc_total at which the next .i dump is due */
 static size_t gdump_high;        /* heap size at the last .u dump */
 static uint64_t samples_failed;  /* samples that could not be recorded */
-static int64_t live_estimate;    /* unbiased live bytes, from the samples */
 
-/* The peak snapshot: the live samples as they were when live_estimate last
+/* The peak snapshot: the live samples as they were when live_estimate() last
  * grew by opt_prof_peak_pct over the previous snapshot.  peak_lock
  * (LOCK_RANK_PEAK) guards the buffer, which comes from os_map. */
 static sa_lock_t peak_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PEAK);
 static struct dump_entry *peak_buf; /* under peak_lock */
 static size_t peak_cap, peak_len;   /* under peak_lock */
-static int64_t peak_mark;           /* live_estimate at the last snapshot */
+static int64_t peak_mark;           /* live_estimate() at the last snapshot */
 
 static sa_lock_t dump_lock = SA_LOCK_INITIALIZER(LOCK_RANK_DUMP);
 static char prefix[PROF_PREFIX_MAX];      /* under dump_lock */
@@ -93,7 +92,7 @@ struct sample {
     struct prof_stack *stack;
     void *proxy;        /* small: an object of its class, held for its life */
     struct span *span;  /* large: the heap span it is (NULL: its own mapping) */
-    int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate */
+    int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate() */
     uint32_t epoch;
     bool guarded;       /* its own mapping ends in an inaccessible page */
     struct prof_stack *free_stack; /* guarded, in quarantine: who freed it */
@@ -115,6 +114,28 @@ static struct sample_shard {
 static struct sample_shard *shard_of(const void *p)
 {
     return &shards[((uintptr_t)p >> SA_PAGE_SHIFT) % SAMPLE_SHARDS];
+}
+
+/* The live estimate (unbiased live bytes, from the samples), in one part
+ * per shard, each written only under its shard's lock: a sample and its
+ * free change it with a plain store where a locked add would cost as much
+ * as the lock again.  Packed, so a sum reads two cache lines. */
+static int64_t shard_live[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE);
+
+/* Under sh's lock. */
+static void shard_live_add(const struct sample_shard *sh, int64_t delta)
+{
+    int64_t *part = &shard_live[sh - shards];
+    __atomic_store_n(part, *part + delta, __ATOMIC_RELAXED);
+}
+
+static int64_t live_estimate(void)
+{
+    int64_t sum = 0;
+#pragma GCC unroll 16
+    for (size_t i = 0; i < SAMPLE_SHARDS; i++)
+        sum += __atomic_load_n(&shard_live[i], __ATOMIC_RELAXED);
+    return sum;
 }
 
 /* ---- set-up ---- */
@@ -373,6 +394,7 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
          * store will do (a locked add costs as much as the lock). */
         __atomic_store_n(&sh->count, sh->count + 1, __ATOMIC_RELAXED);
         __atomic_store_n(&sh->own_bytes, sh->own_bytes + s->own_bytes, __ATOMIC_RELAXED);
+        shard_live_add(sh, weight);
     }
     sa_unlock(&sh->lock);
     return s;
@@ -392,6 +414,7 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
         s->next->prev = s->prev;
     __atomic_store_n(&sh->count, sh->count - 1, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->own_bytes, sh->own_bytes - s->own_bytes, __ATOMIC_RELAXED);
+    shard_live_add(sh, -s->weight);
     if (!keep) {
         s->next = sh->spare;
         sh->spare = s;
@@ -460,7 +483,7 @@ static void sample_failed(struct tcache *tc)
     tc->prof.in_prof = false;
 }
 
-/* Z / p(Z), rounded: a sample's share of live_estimate. */
+/* Z / p(Z), rounded: a sample's share of live_estimate(). */
 static int64_t sample_weight(size_t usable, uint64_t rate)
 {
     double p = sa_one_minus_exp_neg((double)usable / (double)rate);
@@ -493,9 +516,8 @@ static void after_publish(struct tcache *tc, const struct sample *s)
 {
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate);
-    int64_t live = __atomic_add_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
     prof_after_sample(tc);
-    peak_check(live);
+    peak_check(live_estimate());
 }
 
 bool prof_should_guard(struct tcache *tc)
@@ -587,19 +609,18 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     struct sample_shard *shard = shard_of(s->ptr);
     int64_t weight = sample_weight(usable, s->rate);
     sa_lock(&shard->lock); /* dumps copy records under it */
-    int64_t grew = weight - s->weight;
+    shard_live_add(shard, weight - s->weight);
     s->usable = usable;
     s->map_len = span->npages << SA_PAGE_SHIFT;
     s->weight = weight;
     sa_unlock(&shard->lock);
-    peak_check(__atomic_add_fetch(&live_estimate, grew, __ATOMIC_RELAXED));
+    peak_check(live_estimate());
 }
 
 /* Takes record `s` out of the live samples and the live estimate; its
  * record is kept if `keep` (see sample_release). */
 static void forget_sample(struct sample *s, bool keep)
 {
-    __atomic_sub_fetch(&live_estimate, s->weight, __ATOMIC_RELAXED);
     sample_release(shard_of(s->ptr), s, keep);
 }
 
