@@ -117,10 +117,10 @@ test/bin/libunwind_a.so test/bin/libunwind_b.so: test/bin/libunwind_%.so: test/u
 
 # Stress and integration tests use only the public API; they run with salloc
 # preloaded, so the same binary can be compared against other allocators.
-$(STRESS_TESTS): test/bin/%: test/stress/%.c | test/bin
+$(STRESS_TESTS): test/bin/%: test/stress/%.c test/stress/stress_common.h | test/bin
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
 
-$(INTEG_TESTS): test/bin/%: test/integration/%.c | test/bin
+$(INTEG_TESTS): test/bin/%: test/integration/%.c test/integration/child_run.h | test/bin
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka -ldl -lm
 
 # test_check and test_guard_faults read their own function names in
@@ -158,7 +158,7 @@ build/tsan/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/
 	$(CC) $(LIBFLAGS) -fsanitize=thread -DSA_DEBUG_BUILD=1 $(TSAN_RENAME) -c $< -o $@.tmp
 	$(TO_SALLOC_TEXT)
 
-test/bin/test_tsan_stress: test/stress/test_stress.c $(TSAN_OBJS) | test/bin
+test/bin/test_tsan_stress: test/stress/test_stress.c test/stress/stress_common.h $(TSAN_OBJS) | test/bin
 	$(CC) $(TESTFLAGS) -fsanitize=thread $(TSAN_RENAME) -o $@ $< $(TSAN_OBJS) -lcmocka
 
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
@@ -288,7 +288,7 @@ $(UBSAN_UNIT_TESTS): test/bin/ubsan/%: test/unit/%.c test/unit/unit.h test/unit/
 	$(CC) $(TESTFLAGS) $(NO_BUILTIN_MALLOC) $(UBSAN) -DSA_TESTING -o $@ $< build/ubsan/libsalloc_test.a -lcmocka -lm
 
 # The stress tests themselves are the ordinary build (public API only).
-$(UBSAN_STRESS): test/bin/ubsan/%: test/stress/%.c | test/bin/ubsan
+$(UBSAN_STRESS): test/bin/ubsan/%: test/stress/%.c test/stress/stress_common.h | test/bin/ubsan
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
 
 # test_unwind loads the same two libraries as the plain build (TEST_BIN_DIR).

@@ -31,6 +31,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "child_run.h"
+
 int malloc_trim(size_t pad);
 
 /* C23's sized frees: salloc's (glibc 2.36 has none), found at run time. */
@@ -153,46 +155,9 @@ static const struct {
 
 /* ---- the parent ---- */
 
-struct outcome {
-    int signal;         /* 0 if it exited */
-    int status;
-    char out[256], err[8192];
-};
-
-static void read_all(int fd, char *buf, size_t size)
+static void run(const char *scenario, const char *conf, struct child_outcome *o)
 {
-    size_t n = 0;
-    ssize_t r;
-    while (n < size - 1 && (r = read(fd, buf + n, size - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-}
-
-static void run(const char *scenario, const char *conf, struct outcome *o)
-{
-    int out[2], err[2];
-    assert_int_equal(pipe(out), 0);
-    assert_int_equal(pipe(err), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(out[1], 1);
-        dup2(err[1], 2);
-        setenv("SALLOC_CONF", conf, 1);
-        execl("/proc/self/exe", "test_check", scenario, (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    read_all(out[0], o->out, sizeof(o->out));
-    read_all(err[0], o->err, sizeof(o->err));
-    close(out[0]);
-    close(err[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    o->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    o->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    child_run("test_check", scenario, conf, false, o);
 }
 
 /* The scenario aborts, and stderr holds `want` with "%p" the address the
@@ -200,7 +165,7 @@ static void run(const char *scenario, const char *conf, struct outcome *o)
 static void expect_abort(const char *scenario, const char *conf, const char *want, long delta,
                          const char *also)
 {
-    struct outcome o;
+    struct child_outcome o;
     run(scenario, conf, &o);
     void *p = NULL;
     sscanf(o.out, "%p", &p);
@@ -243,7 +208,7 @@ static void test_check_sized_frees(void **state)
     (void)state;
     expect_abort("wrong_size", "check:true",
                  "salloc: free_sized(): size 200 does not match the 112-byte block at %p", 0, NULL);
-    struct outcome o;
+    struct child_outcome o;
     run("right_sizes", "check:true", &o);
     if (o.signal || o.status != 0 || !strstr(o.out, "fine"))
         fail_msg("right_sizes: signal %d status %d, stderr: %s", o.signal, o.status, o.err);
@@ -257,7 +222,7 @@ static void test_check_sampled_blocks_name_their_stack(void **state)
                  "into_sampled_block");
     expect_abort("double_free_sampled", "lg_prof_sample:0",
                  "salloc: free(): invalid pointer %p", 0, "double_free_sampled");
-    struct outcome o;
+    struct child_outcome o;
     run("double_free_sampled", "lg_prof_sample:0", &o);
     assert_non_null(strstr(o.err, "freed already"));
 }

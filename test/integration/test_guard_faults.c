@@ -34,6 +34,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "child_run.h"
+
 /* ---- the scenarios (run in the child) ---- */
 
 /* They make these mistakes on purpose. */
@@ -138,53 +140,18 @@ static const struct {
 #define GUARD_ALL "prof_guard:true,lg_prof_sample:0"
 
 struct outcome {
-    int signal; /* 0 if it exited */
-    int status;
-    void *block;
+    struct child_outcome c;
+    void *block;   /* what the child announced (announce) */
     size_t usable;
-    char out[256], err[16384];
 };
-
-static void read_all(int fd, char *buf, size_t size)
-{
-    size_t n = 0;
-    ssize_t r;
-    while (n < size - 1 && (r = read(fd, buf + n, size - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-}
 
 static void run(const char *scenario, const char *conf, bool ignore_segv, struct outcome *o)
 {
-    int out[2], err[2];
-    assert_int_equal(pipe(out), 0);
-    assert_int_equal(pipe(err), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(out[1], 1);
-        dup2(err[1], 2);
-        setenv("SALLOC_CONF", conf, 1);
-        if (ignore_segv) /* kept across exec: salloc finds SIG_IGN before it */
-            signal(SIGSEGV, SIG_IGN);
-        execl("/proc/self/exe", "test_guard_faults", scenario, (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    read_all(out[0], o->out, sizeof(o->out));
-    read_all(err[0], o->err, sizeof(o->err));
-    close(out[0]);
-    close(err[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    o->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    o->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    child_run("test_guard_faults", scenario, conf, ignore_segv, &o->c);
     o->block = NULL;
     o->usable = 0;
-    sscanf(o->out, "%p %zu", &o->block, &o->usable);
-    fprintf(stderr, "# %s (%s): signal %d\n%s", scenario, conf, o->signal, o->err);
+    sscanf(o->c.out, "%p %zu", &o->block, &o->usable);
+    fprintf(stderr, "# %s (%s): signal %d\n%s", scenario, conf, o->c.signal, o->c.err);
 }
 
 /* stderr holds the line `fmt` makes with the addresses given. */
@@ -195,22 +162,22 @@ static void expect_line(const struct outcome *o, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (!strstr(o->err, line))
+    if (!strstr(o->c.err, line))
         fail_msg("stderr lacks \"%s\"", line);
 }
 
 /* `name` appears in stderr after `from` (a frame of that function). */
 static void expect_frame_after(const struct outcome *o, const char *from, const char *name)
 {
-    const char *at = strstr(o->err, from);
+    const char *at = strstr(o->c.err, from);
     if (!at || !strstr(at, name))
         fail_msg("no frame of %s after \"%s\"", name, from);
 }
 
 static void expect_segv(const struct outcome *o)
 {
-    if (o->signal != SIGSEGV)
-        fail_msg("expected death by SIGSEGV, got signal %d status %d", o->signal, o->status);
+    if (o->c.signal != SIGSEGV)
+        fail_msg("expected death by SIGSEGV, got signal %d status %d", o->c.signal, o->c.status);
 }
 
 static void test_guard_overflow(void **state)
@@ -270,9 +237,9 @@ static void test_guard_every_and_off(void **state)
     expect_line(&o, "heap-buffer-overflow: write of %p", (void *)((char *)o.block + 67));
     /* Not guarded: the same overflow lands in the sample's own page. */
     run("overflow_write", "lg_prof_sample:0", false, &o);
-    assert_int_equal(o.signal, 0);
-    assert_int_equal(o.status, 0);
-    assert_null(strstr(o.err, "salloc:"));
+    assert_int_equal(o.c.signal, 0);
+    assert_int_equal(o.c.status, 0);
+    assert_null(strstr(o.c.err, "salloc:"));
 }
 
 static void test_guard_foreign_fault_keeps_default_action(void **state)
@@ -281,10 +248,10 @@ static void test_guard_foreign_fault_keeps_default_action(void **state)
     struct outcome o;
     run("wild_pointer", GUARD_ALL, false, &o);
     expect_segv(&o);
-    assert_null(strstr(o.err, "salloc:"));
+    assert_null(strstr(o.c.err, "salloc:"));
     run("wild_pointer", GUARD_ALL, true, &o);
     expect_segv(&o); /* a fault cannot be ignored */
-    assert_null(strstr(o.err, "salloc:"));
+    assert_null(strstr(o.c.err, "salloc:"));
 }
 
 static void test_guard_double_free(void **state)
@@ -292,8 +259,8 @@ static void test_guard_double_free(void **state)
     (void)state;
     struct outcome o;
     run("double_free", GUARD_ALL, false, &o);
-    if (o.signal != SIGABRT)
-        fail_msg("expected abort, got signal %d", o.signal);
+    if (o.c.signal != SIGABRT)
+        fail_msg("expected abort, got signal %d", o.c.signal);
     expect_line(&o, "salloc: free(): invalid pointer %p", o.block);
     expect_line(&o, "%p is 0 bytes into the 48-byte block at %p, freed already, at:", o.block,
                 o.block);

@@ -80,6 +80,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "stress_common.h"
+
 /* salloc's control interface; NULL when another allocator runs the test. */
 int mallctl(const char *, void *, size_t *, void *, size_t) __attribute__((weak));
 
@@ -95,56 +97,7 @@ extern char **environ;
 static char tmpdir[] = "/tmp/salloc_test_storms.XXXXXX";
 
 /* ------------------------------------------------------------------ */
-/* Failure recording: safe from any thread (never from a forked child). */
-
-static atomic_long g_failures;
-static pthread_mutex_t g_err_lock = PTHREAD_MUTEX_INITIALIZER;
-static char g_first_error[768];
-
-static void failures_reset(void)
-{
-    atomic_store(&g_failures, 0);
-    g_first_error[0] = '\0';
-}
-
-static bool failed(void)
-{
-    return atomic_load_explicit(&g_failures, memory_order_relaxed) != 0;
-}
-
-__attribute__((format(printf, 2, 3)))
-static void fail_record(const char *who, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&g_err_lock);
-    long n = atomic_fetch_add(&g_failures, 1);
-    if (n == 0)
-        snprintf(g_first_error, sizeof g_first_error, "%s: %s", who, msg);
-    pthread_mutex_unlock(&g_err_lock);
-    if (n < 20)
-        fprintf(stderr, "storm failure: %s: %s\n", who, msg);
-}
-
-static void failures_assert_none(const char *test)
-{
-    long n = atomic_load(&g_failures);
-    if (n != 0)
-        fail_msg("%s: %ld failure(s); first: %s", test, n, g_first_error);
-}
-
-/* ------------------------------------------------------------------ */
 /* Time, environment, random numbers. */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_us(long us)
 {
@@ -169,21 +122,6 @@ static long env_long(const char *name, long dflt, long min)
         return dflt;
     long v = strtol(s, NULL, 0);
     return v < min ? min : v;
-}
-
-typedef struct { uint64_t s; } rng_t;
-
-static uint64_t rng_next(rng_t *r) /* splitmix64 */
-{
-    uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(rng_t *r, uint64_t n)
-{
-    return n ? rng_next(r) % n : 0;
 }
 
 static rng_t rng_for(uint64_t salt, uint64_t n)

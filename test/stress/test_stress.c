@@ -8,9 +8,8 @@
  * Objects cross threads through a mutex-protected exchange, workers come and
  * go, and a few fork()s happen while other threads are busy.
  *
- * Worker threads never call cmocka asserts (a longjmp into another thread is
- * undefined): they record failures (counter + first message, with the
- * worker's seed) and the main thread asserts after joining them.
+ * Worker threads never call cmocka asserts: they record failures
+ * (stress_common.h) and the main thread asserts after joining them.
  *
  * Environment: STRESS_SECONDS (default 4) is the length of the random-ops
  * test; STRESS_SEED (default fixed) changes every thread's seed;
@@ -36,6 +35,8 @@
 
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include "stress_common.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define STRESS_TSAN 1
@@ -65,58 +66,7 @@
 #define CHILD_TIMEOUT_S 60         /* a forked child taking longer is hung */
 
 /* ------------------------------------------------------------------ */
-/* Failure recording: safe from any thread, never from a forked child. */
-
-static atomic_long g_failures;
-static pthread_mutex_t g_err_lock = PTHREAD_MUTEX_INITIALIZER;
-static char g_first_error[768];
-
-static void failures_reset(void)
-{
-    atomic_store(&g_failures, 0);
-    g_first_error[0] = '\0';
-}
-
-static bool failed(void)
-{
-    return atomic_load_explicit(&g_failures, memory_order_relaxed) != 0;
-}
-
-/* Records one failure; `who` names the thread and its seed. */
-__attribute__((format(printf, 2, 3)))
-static void fail_record(const char *who, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&g_err_lock);
-    if (atomic_fetch_add(&g_failures, 1) == 0)
-        snprintf(g_first_error, sizeof g_first_error, "%s: %s", who, msg);
-    pthread_mutex_unlock(&g_err_lock);
-    fprintf(stderr, "stress failure: %s: %s\n", who, msg);
-}
-
-/* Main thread only, after every worker is joined. */
-static void failures_assert_none(const char *test)
-{
-    long n = atomic_load(&g_failures);
-    if (n != 0) {
-        fprintf(stderr, "%s: %ld failure(s); first: %s\n", test, n, g_first_error);
-        fail_msg("%s: %ld failure(s); first: %s", test, n, g_first_error);
-    }
-}
-
-/* ------------------------------------------------------------------ */
 /* Time, configuration, random numbers. */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_ms(long ms)
 {
@@ -135,22 +85,6 @@ static uint64_t base_seed(void)
 {
     const char *s = getenv("STRESS_SEED");
     return s ? strtoull(s, NULL, 0) : UINT64_C(0x5a110c5eed);
-}
-
-typedef struct { uint64_t s; } rng_t;
-
-/* splitmix64: small state, good enough spread for picking sizes. */
-static uint64_t rng_next(rng_t *r)
-{
-    uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(rng_t *r, uint64_t n)
-{
-    return n ? rng_next(r) % n : 0;
 }
 
 /* A seed for the n-th thread of a test, fixed for a given STRESS_SEED. */
