@@ -31,10 +31,7 @@ void sa_lock_contended(sa_lock_t *l)
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-        int expected = LOCK_FREE;
-        if (__atomic_load_n(&l->word, __ATOMIC_RELAXED) == LOCK_FREE &&
-            __atomic_compare_exchange_n(&l->word, &expected, LOCK_HELD, false, __ATOMIC_ACQUIRE,
-                                        __ATOMIC_RELAXED))
+        if (__atomic_load_n(&l->word, __ATOMIC_RELAXED) == LOCK_FREE && sa_lock_try(l))
             return;
     }
     /* Sleep, marking the word so the holder's unlock wakes someone.  A

@@ -73,13 +73,19 @@ void sa_lock_contended(sa_lock_t *l);
 /* Wakes one thread sleeping on `l` (lock.c). */
 void sa_lock_wake(sa_lock_t *l);
 
+/* Takes `l` if it is free: one compare-and-swap. */
+static inline bool sa_lock_try(sa_lock_t *l)
+{
+    int expected = LOCK_FREE;
+    return __atomic_compare_exchange_n(&l->word, &expected, LOCK_HELD, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+
 /* Takes `l` without rank bookkeeping: for the prefork handlers, which take
  * every lock of one rank at once (see the order above). */
 static inline void sa_lock_unranked(sa_lock_t *l)
 {
-    int expected = LOCK_FREE;
-    if (unlikely(!__atomic_compare_exchange_n(&l->word, &expected, LOCK_HELD, false,
-                                              __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+    if (unlikely(!sa_lock_try(l)))
         sa_lock_contended(l);
 }
 

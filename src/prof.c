@@ -448,11 +448,11 @@ static struct prof_stack *walk_and_intern_memo(struct tcache *tc, const struct u
     mine.memo = m;
     if (tc->prof.memo_stack && stack_capture_would_replay(&mine))
         return tc->prof.memo_stack;
+    /* Walked afresh (or replayed with no record yet): interned, and kept
+     * as the memo's record if the memo now holds these frames. */
     m->last = UNWIND_MEMO_UNUSED; /* stays so if stack.c walks without it */
     void *frames[STACK_MAX_DEPTH];
     unsigned depth = stack_capture_from(&mine, frames, STACK_MAX_DEPTH);
-    if (m->last == UNWIND_MEMO_REPLAYED && tc->prof.memo_stack)
-        return tc->prof.memo_stack;
     struct prof_stack *st = stack_intern(frames, depth);
     if (m->last != UNWIND_MEMO_UNUSED)
         tc->prof.memo_stack = st;
