@@ -1,7 +1,9 @@
 /*
- * lock.c: debug-build lock-order checking (see lock.h for the order).
- * A per-thread bitmask of held ranks; taking a rank not above every held
- * rank is a lock-order violation and aborts.
+ * lock.c: the slow paths of both locks (lock.h): the futex lock's spin and
+ * sleep, the polled lock's spin, yield and nap.  And debug-build
+ * lock-order checking (see lock.h for the order): a per-thread bitmask of
+ * held ranks; taking a rank not above every held rank is a lock-order
+ * violation and aborts.
  */
 #include "lock.h"
 
@@ -25,20 +27,50 @@ void lock_rank_acquire(enum lock_rank rank)
  * a while, and sleep only after that. */
 #define LOCK_SPINS 200
 
-void sa_lock_contended(sa_lock_t *l)
+/* True if `l` was taken within LOCK_SPINS looks. */
+static bool spin_for(sa_lock_t *l)
 {
     for (unsigned i = 0; i < LOCK_SPINS; i++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         if (__atomic_load_n(&l->word, __ATOMIC_RELAXED) == LOCK_FREE && sa_lock_try(l))
-            return;
+            return true;
     }
+    return false;
+}
+
+void sa_lock_contended(sa_lock_t *l)
+{
+    if (spin_for(l))
+        return;
     /* Sleep, marking the word so the holder's unlock wakes someone.  A
      * thread that gets the lock this way leaves the mark: another may
      * still sleep, and a wake-up too many costs only a system call. */
     while (__atomic_exchange_n(&l->word, LOCK_HELD_WAITERS, __ATOMIC_ACQUIRE) != LOCK_FREE)
         os_futex_wait(&l->word, LOCK_HELD_WAITERS);
+}
+
+/* A polled lock's waiter is never woken, so after spinning it yields (the
+ * holder may be waiting for this CPU), then naps, each nap twice the last
+ * up to POLL_NAP_MAX_NS: a dump holding a shard for milliseconds is not
+ * polled thousands of times, and a waiter is late by at most one nap. */
+#define POLL_YIELDS 8
+#define POLL_NAP_MIN_NS 20000u
+#define POLL_NAP_MAX_NS 1000000u
+
+void sa_polled_lock_contended(sa_polled_lock_t *p)
+{
+    sa_lock_t *l = &p->lock;
+    uint64_t nap = POLL_NAP_MIN_NS;
+    for (unsigned round = 0; !spin_for(l); round++) {
+        if (round < POLL_YIELDS) {
+            os_yield();
+        } else {
+            os_nap_ns(nap);
+            nap = nap * 2 < POLL_NAP_MAX_NS ? nap * 2 : POLL_NAP_MAX_NS;
+        }
+    }
 }
 
 void sa_lock_wake(sa_lock_t *l)

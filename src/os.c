@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -110,6 +111,14 @@ void os_futex_wait(int *word, int expected)
 void os_futex_wake_one(int *word)
 {
     syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void os_yield(void) { sched_yield(); }
+
+void os_nap_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    nanosleep(&ts, NULL); /* a signal cuts it short: the caller looks again */
 }
 
 uint64_t os_wall_ns(void)

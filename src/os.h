@@ -69,6 +69,12 @@ size_t os_page_size(void);
 void os_futex_wait(int *word, int expected);
 void os_futex_wake_one(int *word);
 
+/* Gives the CPU to another runnable thread, if any; sleeps about `ns`
+ * nanoseconds (at least the kernel's timer slack).  For lock.c's polled
+ * lock, whose waiters are never woken. */
+void os_yield(void);
+void os_nap_ns(uint64_t ns);
+
 /* Monotonic time in nanoseconds; cheap (vDSO), coarse (a few ms). */
 uint64_t os_now_ns(void);
 

@@ -14,7 +14,8 @@
  * and realloc() can sample or unsample it where it stands.
  *
  * Locks: live records sit on SAMPLE_SHARDS lists, each under its own lock
- * (LOCK_RANK_SAMPLES), sharded by address so that threads sampling at once
+ * (LOCK_RANK_SAMPLES; a polled lock, lock.h, whose unlock is a plain
+ * store: a sample holds two, and waiters are rare), sharded by address so that threads sampling at once
  * rarely meet; dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the
  * prefix and the automatic-name counters.  No allocator lock is held while
  * a stack is captured.  Nothing here calls malloc.
@@ -102,13 +103,13 @@ struct sample {
 #define SAMPLE_SHARDS 16
 
 static struct sample_shard {
-    sa_lock_t lock;
+    sa_polled_lock_t lock; /* see lock.h: a sample holds it twice, briefly */
     struct sample *live;  /* doubly linked */
     struct sample *spare; /* records to reuse */
     size_t count;
     size_t own_bytes; /* of the live samples' own mappings (stats.allocated) */
 } shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
-    [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
+    [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
 };
 
 static struct sample_shard *shard_of(const void *p)
@@ -231,10 +232,10 @@ size_t prof_sample_count(void)
     uint32_t now = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
     size_t n = 0;
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
-        sa_lock(&shards[i].lock);
+        sa_polled_lock(&shards[i].lock);
         for (struct sample *s = shards[i].live; s; s = s->next)
             n += s->epoch == now;
-        sa_unlock(&shards[i].lock);
+        sa_polled_unlock(&shards[i].lock);
     }
     return n;
 }
@@ -364,7 +365,7 @@ struct sample_new {
 static struct sample *sample_publish(struct sample_shard *sh, const struct sample_new *n,
                                      int64_t weight, const char *thread)
 {
-    sa_lock(&sh->lock);
+    sa_polled_lock(&sh->lock);
     struct sample *s = sh->spare;
     if (s)
         sh->spare = s->next;
@@ -396,7 +397,7 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
         __atomic_store_n(&sh->own_bytes, sh->own_bytes + s->own_bytes, __ATOMIC_RELAXED);
         shard_live_add(sh, weight);
     }
-    sa_unlock(&sh->lock);
+    sa_polled_unlock(&sh->lock);
     return s;
 }
 
@@ -405,7 +406,7 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
  * sample_recycle). */
 static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
 {
-    sa_lock(&sh->lock);
+    sa_polled_lock(&sh->lock);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -419,15 +420,15 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
         s->next = sh->spare;
         sh->spare = s;
     }
-    sa_unlock(&sh->lock);
+    sa_polled_unlock(&sh->lock);
 }
 
 static void sample_recycle(struct sample_shard *sh, struct sample *s)
 {
-    sa_lock(&sh->lock);
+    sa_polled_lock(&sh->lock);
     s->next = sh->spare;
     sh->spare = s;
-    sa_unlock(&sh->lock);
+    sa_polled_unlock(&sh->lock);
 }
 
 /* The calling thread's stack, walked from here (no memo), interned. */
@@ -608,12 +609,12 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     struct sample *s = span->sample;
     struct sample_shard *shard = shard_of(s->ptr);
     int64_t weight = sample_weight(usable, s->rate);
-    sa_lock(&shard->lock); /* dumps copy records under it */
+    sa_polled_lock(&shard->lock); /* dumps copy records under it */
     shard_live_add(shard, weight - s->weight);
     s->usable = usable;
     s->map_len = span->npages << SA_PAGE_SHIFT;
     s->weight = weight;
-    sa_unlock(&shard->lock);
+    sa_polled_unlock(&shard->lock);
     peak_check(live_estimate());
 }
 
@@ -773,7 +774,7 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap)
     uint32_t now = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
     size_t n = 0;
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
-        sa_lock(&shards[i].lock);
+        sa_polled_lock(&shards[i].lock);
         for (struct sample *s = shards[i].live; s && n < cap; s = s->next)
             if (s->epoch == now) {
                 out[n] = (struct dump_entry){.stack = s->stack, .usable = s->usable,
@@ -781,7 +782,7 @@ size_t prof_snapshot(struct dump_entry *out, size_t cap)
                                              .proxy = s->proxy, .map_len = s->map_len};
                 memcpy(out[n++].thread, s->thread, sizeof(s->thread));
             }
-        sa_unlock(&shards[i].lock);
+        sa_polled_unlock(&shards[i].lock);
     }
     return n;
 }
@@ -935,7 +936,7 @@ void prof_prefork(void)
     sa_lock(&dump_lock);
     sa_lock(&peak_lock);
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        sa_lock_unranked(&shards[i].lock); /* same rank: see lock.h */
+        sa_polled_lock_unranked(&shards[i].lock); /* same rank: see lock.h */
     stack_prefork();
     sampled_pages_prefork();
 }
@@ -945,7 +946,7 @@ void prof_postfork_parent(void)
     sampled_pages_postfork_parent();
     stack_postfork_parent();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        sa_unlock_unranked(&shards[i].lock);
+        sa_polled_unlock_unranked(&shards[i].lock);
     sa_unlock(&peak_lock);
     sa_unlock(&dump_lock);
 }
@@ -955,7 +956,7 @@ void prof_postfork_child(void)
     sampled_pages_postfork_child();
     stack_postfork_child();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
-        sa_lock_reset_unranked(&shards[i].lock);
+        sa_polled_lock_reset_unranked(&shards[i].lock);
     sa_lock_reinit(&peak_lock);
     sa_lock_reinit(&dump_lock);
 }

@@ -6,7 +6,9 @@
  *   - a thread that finds the lock held for long marks the word and
  *     sleeps, and the holder's unlock wakes it (a missing wake-up fails the
  *     test by a timeout instead of hanging it);
- *   - after fork, the child's reset frees a lock the parent held.
+ *   - after fork, the child's reset frees a lock the parent held;
+ *   - the polled lock (a plain-store unlock, no wake-ups) excludes as well,
+ *     and a waiter that has gone to napping gets it once it is free.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <errno.h>
@@ -22,32 +24,59 @@
 #define ROUNDS 200000
 
 static sa_lock_t counted = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL);
-static unsigned long counter; /* under `counted` */
+static sa_polled_lock_t polled_counted = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES);
+static unsigned long counter; /* under the lock being tested */
+
+/* One kind of lock, for the tests both kinds share. */
+struct kind {
+    void (*lock)(void *l);
+    void (*unlock)(void *l);
+    void *l;
+    const int *word;
+};
+
+static void futex_lock(void *l) { sa_lock(l); }
+static void futex_unlock(void *l) { sa_unlock(l); }
+static void polled_lock(void *l) { sa_polled_lock(l); }
+static void polled_unlock(void *l) { sa_polled_unlock(l); }
 
 static void *increment(void *arg)
 {
-    (void)arg;
+    const struct kind *k = arg;
     for (unsigned i = 0; i < ROUNDS; i++) {
-        sa_lock(&counted);
+        k->lock(k->l);
         /* A read, a pause and a write: a second holder would lose one. */
         unsigned long v = counter;
         __asm__ volatile("" ::: "memory");
         counter = v + 1;
-        sa_unlock(&counted);
+        k->unlock(k->l);
     }
     return NULL;
+}
+
+static void excludes_under_contention(struct kind *k)
+{
+    counter = 0;
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, increment, k), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(counter, (unsigned long)THREADS * ROUNDS);
+    assert_int_equal(__atomic_load_n(k->word, __ATOMIC_RELAXED), LOCK_FREE);
 }
 
 static void test_lock_excludes_under_contention(void **state)
 {
     (void)state;
-    pthread_t t[THREADS];
-    for (int i = 0; i < THREADS; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, increment, NULL), 0);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
-    assert_int_equal(counter, (unsigned long)THREADS * ROUNDS);
-    assert_int_equal(__atomic_load_n(&counted.word, __ATOMIC_RELAXED), LOCK_FREE);
+    excludes_under_contention(&(struct kind){futex_lock, futex_unlock, &counted, &counted.word});
+}
+
+static void test_polled_lock_excludes_under_contention(void **state)
+{
+    (void)state;
+    excludes_under_contention(&(struct kind){polled_lock, polled_unlock, &polled_counted,
+                                             &polled_counted.lock.word});
 }
 
 static sa_lock_t held = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL);
@@ -97,6 +126,42 @@ static void test_lock_sleeper_is_woken(void **state)
     assert_int_equal(__atomic_load_n(&held.word, __ATOMIC_RELAXED), LOCK_FREE);
 }
 
+static sa_polled_lock_t polled_held = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES);
+
+static void *wait_for_polled(void *arg)
+{
+    (void)arg;
+    sa_polled_lock(&polled_held);
+    __atomic_store_n(&got_it, 1, __ATOMIC_RELAXED);
+    sa_polled_unlock(&polled_held);
+    return NULL;
+}
+
+/* Nobody wakes a polled lock's waiter: held for 200 ms, its waiter has
+ * spun, yielded and gone to napping, and must still notice the unlock. */
+static void test_polled_lock_napping_waiter_gets_it(void **state)
+{
+    (void)state;
+    __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
+    sa_polled_lock(&polled_held);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_for_polled, NULL), 0);
+    sleep_ms(200);
+    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
+    /* The word says held, never "waiters": a waiter leaves no mark. */
+    assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_HELD);
+    sa_polled_unlock(&polled_held);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    int rc = pthread_timedjoin_np(t, NULL, &deadline);
+    if (rc == ETIMEDOUT)
+        fail_msg("the napping waiter never took the freed polled lock");
+    assert_int_equal(rc, 0);
+    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
+    assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_FREE);
+}
+
 static void test_lock_reset_in_fork_child(void **state)
 {
     (void)state;
@@ -116,12 +181,34 @@ static void test_lock_reset_in_fork_child(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+static void test_polled_lock_reset_in_fork_child(void **state)
+{
+    (void)state;
+    sa_polled_lock(&polled_held);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sa_polled_lock_reset_unranked(&polled_held); /* prof.c's child handler */
+        sa_polled_lock_unranked(&polled_held);       /* would wait forever if still held */
+        sa_polled_unlock_unranked(&polled_held);
+        _exit(polled_held.lock.word == LOCK_FREE ? 0 : 1);
+    }
+    sa_polled_unlock(&polled_held);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lock_excludes_under_contention),
         cmocka_unit_test(test_lock_sleeper_is_woken),
         cmocka_unit_test(test_lock_reset_in_fork_child),
+        cmocka_unit_test(test_polled_lock_excludes_under_contention),
+        cmocka_unit_test(test_polled_lock_napping_waiter_gets_it),
+        cmocka_unit_test(test_polled_lock_reset_in_fork_child),
     };
     return cmocka_run_group_tests_name("lock", tests, NULL, NULL);
 }
