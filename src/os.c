@@ -118,7 +118,11 @@ void os_yield(void) { sched_yield(); }
 void os_nap_ns(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-    nanosleep(&ts, NULL); /* a signal cuts it short: the caller looks again */
+    /* The raw system call: glibc's nanosleep() is a cancellation point,
+     * and a thread cancelled there would leave the allocator half way
+     * through a sample.  A signal cuts the nap short: the caller looks
+     * again. */
+    syscall(SYS_nanosleep, &ts, NULL);
 }
 
 uint64_t os_wall_ns(void)

@@ -71,7 +71,7 @@ void os_futex_wake_one(int *word);
 
 /* Gives the CPU to another runnable thread, if any; sleeps about `ns`
  * nanoseconds (at least the kernel's timer slack).  For lock.c's polled
- * lock, whose waiters are never woken. */
+ * lock, whose waiters are never woken.  Neither is a cancellation point. */
 void os_yield(void);
 void os_nap_ns(uint64_t ns);
 

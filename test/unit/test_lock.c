@@ -8,7 +8,8 @@
  *     test by a timeout instead of hanging it);
  *   - after fork, the child's reset frees a lock the parent held;
  *   - the polled lock (a plain-store unlock, no wake-ups) excludes as well,
- *     and a waiter that has gone to napping gets it once it is free.
+ *     and a waiter that has gone to napping gets it once it is free, even
+ *     if cancelled meanwhile (the nap is no cancellation point).
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <errno.h>
@@ -181,6 +182,34 @@ static void test_lock_reset_in_fork_child(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+static void *wait_for_polled_then_testcancel(void *arg)
+{
+    wait_for_polled(arg);
+    pthread_testcancel(); /* the cancellation lands here, after the lock */
+    return NULL;
+}
+
+/* A napping waiter is inside malloc or free: cancelled there, it would
+ * unwind out of a half-done sample.  So the nap is no cancellation point:
+ * a cancelled waiter still takes the lock, and is cancelled afterwards. */
+static void test_polled_lock_nap_is_no_cancellation_point(void **state)
+{
+    (void)state;
+    __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
+    sa_polled_lock(&polled_held);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_for_polled_then_testcancel, NULL), 0);
+    sleep_ms(100); /* napping by now */
+    assert_int_equal(pthread_cancel(t), 0);
+    sleep_ms(50);
+    sa_polled_unlock(&polled_held);
+    void *res = NULL;
+    assert_int_equal(pthread_join(t, &res), 0);
+    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
+    assert_ptr_equal(res, PTHREAD_CANCELED);
+    assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_FREE);
+}
+
 static void test_polled_lock_reset_in_fork_child(void **state)
 {
     (void)state;
@@ -208,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_lock_reset_in_fork_child),
         cmocka_unit_test(test_polled_lock_excludes_under_contention),
         cmocka_unit_test(test_polled_lock_napping_waiter_gets_it),
+        cmocka_unit_test(test_polled_lock_nap_is_no_cancellation_point),
         cmocka_unit_test(test_polled_lock_reset_in_fork_child),
     };
     return cmocka_run_group_tests_name("lock", tests, NULL, NULL);
