@@ -98,6 +98,20 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Joins `t` within 5 s, else fails with `msg` (a waiter never served). */
+static void *join_within_5s(pthread_t t, const char *msg)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    void *res = NULL;
+    int rc = pthread_timedjoin_np(t, &res, &deadline);
+    if (rc == ETIMEDOUT)
+        fail_msg("%s", msg);
+    assert_int_equal(rc, 0);
+    return res;
+}
+
 static void test_lock_sleeper_is_woken(void **state)
 {
     (void)state;
@@ -114,13 +128,7 @@ static void test_lock_sleeper_is_woken(void **state)
     sleep_ms(20); /* asleep in the kernel by now, not spinning */
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
     sa_unlock(&held);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 5;
-    int rc = pthread_timedjoin_np(t, NULL, &deadline);
-    if (rc == ETIMEDOUT)
-        fail_msg("the waiter was not woken by the unlock");
-    assert_int_equal(rc, 0);
+    join_within_5s(t, "the waiter was not woken by the unlock");
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
     /* The waiter took the lock marked (another might have slept too), so
      * its own unlock made a wake-up call that found no one: harmless. */
@@ -138,27 +146,29 @@ static void *wait_for_polled(void *arg)
     return NULL;
 }
 
+/* Holds polled_held and starts `waiter` on it; returns once the waiter has
+ * had `ms` to spin, yield and go to napping. */
+static pthread_t hold_with_napping_waiter(void *(*waiter)(void *), long ms)
+{
+    __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
+    sa_polled_lock(&polled_held);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter, NULL), 0);
+    sleep_ms(ms);
+    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
+    /* The word says held, never "waiters": a waiter leaves no mark. */
+    assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_HELD);
+    return t;
+}
+
 /* Nobody wakes a polled lock's waiter: held for 200 ms, its waiter has
  * spun, yielded and gone to napping, and must still notice the unlock. */
 static void test_polled_lock_napping_waiter_gets_it(void **state)
 {
     (void)state;
-    __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
-    sa_polled_lock(&polled_held);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_for_polled, NULL), 0);
-    sleep_ms(200);
-    assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
-    /* The word says held, never "waiters": a waiter leaves no mark. */
-    assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_HELD);
+    pthread_t t = hold_with_napping_waiter(wait_for_polled, 200);
     sa_polled_unlock(&polled_held);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 5;
-    int rc = pthread_timedjoin_np(t, NULL, &deadline);
-    if (rc == ETIMEDOUT)
-        fail_msg("the napping waiter never took the freed polled lock");
-    assert_int_equal(rc, 0);
+    join_within_5s(t, "the napping waiter never took the freed polled lock");
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
     assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_FREE);
 }
@@ -195,16 +205,11 @@ static void *wait_for_polled_then_testcancel(void *arg)
 static void test_polled_lock_nap_is_no_cancellation_point(void **state)
 {
     (void)state;
-    __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
-    sa_polled_lock(&polled_held);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_for_polled_then_testcancel, NULL), 0);
-    sleep_ms(100); /* napping by now */
+    pthread_t t = hold_with_napping_waiter(wait_for_polled_then_testcancel, 100);
     assert_int_equal(pthread_cancel(t), 0);
     sleep_ms(50);
     sa_polled_unlock(&polled_held);
-    void *res = NULL;
-    assert_int_equal(pthread_join(t, &res), 0);
+    void *res = join_within_5s(t, "the cancelled napping waiter never finished");
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
     assert_ptr_equal(res, PTHREAD_CANCELED);
     assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_FREE);
