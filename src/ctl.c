@@ -147,11 +147,13 @@ static void snap_take(void)
     if (s.allocated > s.active)
         s.allocated = s.active;
     s.metadata = meta_mapped_bytes();
-    s.resident = s.active + ph.free_dirty + s.metadata + sampled_pages_dirty();
+    /* Freed sampled mappings kept unpurged: in the cache and as spares. */
+    size_t sampled_dirty = sampled_pages_dirty() + prof_spare_bytes();
+    s.resident = s.active + ph.free_dirty + s.metadata + sampled_dirty;
     s.mapped = s.active + s.metadata;
     s.retained = ph.free_clean;
     s.pactive = s.active >> SA_PAGE_SHIFT;
-    s.pdirty = (ph.free_dirty + sampled_pages_dirty()) >> SA_PAGE_SHIFT;
+    s.pdirty = (ph.free_dirty + sampled_dirty) >> SA_PAGE_SHIFT;
 
     sa_lock(&snap_lock);
     snap = s;

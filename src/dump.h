@@ -73,6 +73,9 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
 /* Releases a sampled allocation on its own mapping (small, or guarded);
  * returns its usable size and proxy (NULL for a large one). */
 size_t prof_free_sampled(struct span *span, void **proxy);
+/* Purges the freed mappings the sample shards keep (malloc_trim); returns
+ * the bytes purged. */
+size_t prof_purge_spares(void);
 size_t prof_sampled_usable(const struct span *span);
 
 /* Sampled large allocations are ordinary large spans of the page heap (their

@@ -588,6 +588,7 @@ SA_EXPORT int malloc_trim(size_t pad)
         tcache_flush_all(tc);
     central_release_empty();
     size_t purged = pageheap_purge();
+    purged += prof_purge_spares(); /* given back purged: before the cache's purge */
     purged += sampled_pages_purge();
     return purged > 0;
 }

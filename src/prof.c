@@ -15,8 +15,9 @@
  *
  * Locks: live records sit on SAMPLE_SHARDS lists, each under its own lock
  * (LOCK_RANK_SAMPLES; a polled lock, lock.h, whose unlock is a plain
- * store: a sample holds two, and waiters are rare), sharded by address so that threads sampling at once
- * rarely meet; dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the
+ * store: a sample and its free hold one each, and waiters are rare).  A
+ * thread's samples go to its own shard, so threads sampling at once rarely
+ * meet, and each shard keeps a freed mapping for its next sample; dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the
  * prefix and the automatic-name counters.  No allocator lock is held while
  * a stack is captured.  Nothing here calls malloc.
  */
@@ -95,6 +96,7 @@ struct sample {
     struct span *span;  /* large: the heap span it is (NULL: its own mapping) */
     int64_t weight;     /* Z / p(Z), rounded: its share of live_estimate() */
     uint32_t epoch;
+    uint8_t shard;      /* the shard its record belongs to (home) */
     bool guarded;       /* its own mapping ends in an inaccessible page */
     struct prof_stack *free_stack; /* guarded, in quarantine: who freed it */
     char thread[32];    /* thread.prof.name when it was taken (pprof label) */
@@ -108,14 +110,22 @@ static struct sample_shard {
     struct sample *spare; /* records to reuse */
     size_t count;
     size_t own_bytes; /* of the live samples' own mappings (stats.allocated) */
+    /* A freed sample's mapping waiting for the shard's next sample of its
+     * length (see "spare mappings" below), and when it was freed. */
+    struct span *spare_map;
+    uint64_t spare_freed_at;
+    size_t spare_bytes; /* its length, 0 if none; atomic reads */
 } shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
     [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
 };
 
-static struct sample_shard *shard_of(const void *p)
-{
-    return &shards[((uintptr_t)p >> SA_PAGE_SHIFT) % SAMPLE_SHARDS];
-}
+/* A thread publishes its samples in its own shard (assigned round robin),
+ * so that up to SAMPLE_SHARDS threads sampling at once never meet, and a
+ * thread's next sample finds the mapping its last one freed. */
+static struct sample_shard *thread_shard(const struct tcache *tc) { return &shards[tc->prof.shard]; }
+
+/* The shard a record belongs to, wherever it is freed. */
+static struct sample_shard *home(const struct sample *s) { return &shards[s->shard]; }
 
 /* The live estimate (unbiased live bytes, from the samples), in one part
  * per shard, each written only under its shard's lock: a sample and its
@@ -164,6 +174,8 @@ void prof_boot(void)
 
 void prof_thread_init(struct tcache *tc)
 {
+    static unsigned threads;
+    tc->prof.shard = (uint8_t)(__atomic_fetch_add(&threads, 1, __ATOMIC_RELAXED) % SAMPLE_SHARDS);
     tc->prof.active = __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED);
     tc->prof.memo.pc = 0; /* a reused cache: its last owner's stack is not this one */
     tc->prof.memo_stack = NULL;
@@ -359,13 +371,12 @@ struct sample_new {
     bool guarded;
 };
 
-/* Makes `n` a live sample of weight `weight`, taken by the thread named
- * `thread`: a spare record of the shard (or a new one) filled in place and
- * linked in under one hold of the shard's lock.  NULL on ENOMEM. */
-static struct sample *sample_publish(struct sample_shard *sh, const struct sample_new *n,
-                                     int64_t weight, const char *thread)
+/* Under sh's lock: makes `n` a live sample of weight `weight`, taken by
+ * the thread named `thread`: a spare record of the shard (or a new one)
+ * filled in place and linked in.  NULL on ENOMEM. */
+static struct sample *sample_publish_locked(struct sample_shard *sh, const struct sample_new *n,
+                                            int64_t weight, const char *thread)
 {
-    sa_polled_lock(&sh->lock);
     struct sample *s = sh->spare;
     if (s)
         sh->spare = s->next;
@@ -382,6 +393,7 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
         s->span = n->span;
         s->weight = weight;
         s->epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+        s->shard = (uint8_t)(sh - shards);
         s->guarded = n->guarded;
         s->free_stack = NULL;
         memcpy(s->thread, thread, sizeof(s->thread) - 1);
@@ -397,16 +409,14 @@ static struct sample *sample_publish(struct sample_shard *sh, const struct sampl
         __atomic_store_n(&sh->own_bytes, sh->own_bytes + s->own_bytes, __ATOMIC_RELAXED);
         shard_live_add(sh, weight);
     }
-    sa_polled_unlock(&sh->lock);
     return s;
 }
 
-/* Unlinks live sample `s`; keeps its record for reuse unless `keep` (a
- * guarded sample's, which stays with its mapping in quarantine until
- * sample_recycle). */
-static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
+/* Under sh's lock: unlinks live sample `s`; keeps its record for reuse
+ * unless `keep` (a guarded sample's, which stays with its mapping in
+ * quarantine until sample_recycle). */
+static void sample_release_locked(struct sample_shard *sh, struct sample *s, bool keep)
 {
-    sa_polled_lock(&sh->lock);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -420,7 +430,6 @@ static void sample_release(struct sample_shard *sh, struct sample *s, bool keep)
         s->next = sh->spare;
         sh->spare = s;
     }
-    sa_polled_unlock(&sh->lock);
 }
 
 static void sample_recycle(struct sample_shard *sh, struct sample *s)
@@ -429,6 +438,117 @@ static void sample_recycle(struct sample_shard *sh, struct sample *s)
     s->next = sh->spare;
     sh->spare = s;
     sa_polled_unlock(&sh->lock);
+}
+
+/* ---- spare mappings ----
+ *
+ * A freed sample's mapping of up to SPARE_MAX_PAGES waits in its record's
+ * shard for the shard's next sample of its length.  It is taken and given
+ * back under the shard lock that publishing and releasing the record hold
+ * anyway, so a thread sampling one length again and again reuses its
+ * mapping with no atomic instruction of its own (sampled_pages.c's hot
+ * slots cost one each way: an exchange and a compare-and-swap, each
+ * waiting for the stores before it).  sampled_pages.c keeps the rest.
+ *
+ * A spare is dirty, and decays as sampled_pages' mappings do: a free at
+ * most every eighth of the decay time gives back, purged, the spares idle
+ * longer than it; malloc_trim purges them all; with dirty_decay_ms 0
+ * (purge at once) there are none. */
+#define SPARE_MAX_PAGES (((size_t)64 << 10) >> SA_PAGE_SHIFT)
+
+static uint64_t next_spare_check; /* atomic */
+
+static void spare_set_locked(struct sample_shard *sh, struct span *m, uint64_t freed_at)
+{
+    sh->spare_map = m;
+    sh->spare_freed_at = freed_at;
+    __atomic_store_n(&sh->spare_bytes, m ? m->npages << SA_PAGE_SHIFT : 0, __ATOMIC_RELAXED);
+}
+
+/* Under sh's lock: its spare, now the caller's, if it is `len` bytes and
+ * `align` asks no more than a page; else NULL. */
+static struct span *spare_take_locked(struct sample_shard *sh, size_t len, size_t align)
+{
+    struct span *m = sh->spare_map;
+    if (!m || (m->npages << SA_PAGE_SHIFT) != len || align > SA_PAGE_SIZE)
+        return NULL;
+    spare_set_locked(sh, NULL, 0);
+    return m;
+}
+
+/* Under sh's lock: keeps mapping `m`, freed at `now`, as sh's spare;
+ * false if there is no room or `decays` is false (dirty_decay_ms 0). */
+static bool spare_keep_locked(struct sample_shard *sh, struct span *m, uint64_t now, bool decays)
+{
+    if (!decays || sh->spare_map || m->npages > SPARE_MAX_PAGES)
+        return false;
+    spare_set_locked(sh, m, now);
+    return true;
+}
+
+/* Gives back, purged, every spare freed at or before `idle_since`;
+ * returns the bytes purged. */
+static size_t spares_purge(uint64_t idle_since)
+{
+    size_t purged = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
+        struct sample_shard *sh = &shards[i];
+        sa_polled_lock(&sh->lock);
+        struct span *m = sh->spare_map && sh->spare_freed_at <= idle_since ? sh->spare_map : NULL;
+        if (m)
+            spare_set_locked(sh, NULL, 0);
+        sa_polled_unlock(&sh->lock);
+        if (m)
+            purged += sampled_pages_put_purged(m);
+    }
+    return purged;
+}
+
+/* `now`: os_now_ns() of the caller's free. */
+static void spares_decay(uint64_t now)
+{
+    long decay_ms = pageheap_decay_ms();
+    if (decay_ms <= 0) /* 0: no spares; negative: purged only by malloc_trim */
+        return;
+    uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
+    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    uint64_t next = __atomic_load_n(&next_spare_check, __ATOMIC_RELAXED);
+    /* A check further out than one step was scheduled under a longer
+     * decay time (dirty_decay_ms changed): do it now.  One thread wins. */
+    if ((now < next && next - now <= step) ||
+        !__atomic_compare_exchange_n(&next_spare_check, &next, now + step, false,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    if (now > decay_ns)
+        spares_purge(now - decay_ns);
+}
+
+size_t prof_purge_spares(void) { return spares_purge(UINT64_MAX); }
+
+size_t prof_spare_bytes(void)
+{
+    size_t bytes = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        bytes += __atomic_load_n(&shards[i].spare_bytes, __ATOMIC_RELAXED);
+    return bytes;
+}
+
+/* A mapping of `len` bytes for a sample in sh: its spare, or one from
+ * sampled_pages.c.  Returns with sh's lock held, or NULL (ENOMEM) with
+ * it not held: the caller publishes under the same hold. */
+static struct span *lock_with_mapping(struct sample_shard *sh, size_t len, size_t align, bool *zeroed)
+{
+    sa_polled_lock(&sh->lock);
+    struct span *m = spare_take_locked(sh, len, align);
+    if (m) {
+        *zeroed = false; /* spares are dirty */
+        return m;
+    }
+    sa_polled_unlock(&sh->lock); /* sampled_pages may map: not under it */
+    if (!(m = sampled_pages_get(len, align, zeroed)))
+        return NULL;
+    sa_polled_lock(&sh->lock);
+    return m;
 }
 
 /* The calling thread's stack, walked from here (no memo), interned. */
@@ -491,18 +611,19 @@ static int64_t sample_weight(size_t usable, uint64_t rate)
     return (int64_t)(usable / p + 0.5);
 }
 
-/* Publishes sample `n` (its weight, epoch and thread name filled in here):
- * its record, or NULL (counted failed) on ENOMEM.  Clears the guard either
- * way.  The weight of the thread's last size and rate is kept: a program
- * samples the same few sizes again and again. */
-static struct sample *publish(struct tcache *tc, const struct sample_new *n)
+/* Under the lock of the thread's shard: publishes sample `n` (its weight,
+ * epoch and thread name filled in here): its record, or NULL (counted
+ * failed) on ENOMEM.  Clears the guard either way.  The weight of the
+ * thread's last size and rate is kept: a program samples the same few
+ * sizes again and again. */
+static struct sample *publish_locked(struct tcache *tc, const struct sample_new *n)
 {
     if (n->usable != tc->prof.weight_usable || n->rate != tc->prof.weight_rate) {
         tc->prof.weight = sample_weight(n->usable, n->rate);
         tc->prof.weight_usable = n->usable;
         tc->prof.weight_rate = n->rate;
     }
-    struct sample *s = sample_publish(shard_of(n->ptr), n, tc->prof.weight, tc->prof.name);
+    struct sample *s = sample_publish_locked(thread_shard(tc), n, tc->prof.weight, tc->prof.name);
     if (!s) {
         sample_failed(tc);
         return NULL;
@@ -538,7 +659,7 @@ static void release_quarantined(struct span *span)
 {
     struct sample *s = span->sample;
     guard_unmap(span); /* out of the pagemap first: no fault finds s now */
-    sample_recycle(shard_of(s->ptr), s);
+    sample_recycle(home(s), s);
 }
 
 void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_t rate,
@@ -547,11 +668,13 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     struct prof_stack *st = capture_stack(tc, from);
     if (!st)
         return NULL;
+    struct sample_shard *sh = thread_shard(tc);
     size_t map_len = sa_align_up(usable, SA_PAGE_SIZE);
     uintptr_t object = 0;
     struct span *span = guarded ? guard_map(usable, align, &object, &map_len) : NULL;
     if (span) {
         *zeroed = true;
+        sa_polled_lock(&sh->lock);
     } else if (guarded && !proxy) {
         /* A large one the guard could not map: served, and sampled, as an
          * ordinary large span by the caller. */
@@ -559,18 +682,19 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
         return NULL;
     } else {
         guarded = false;
-        if (!(span = sampled_pages_get(map_len, align, zeroed))) {
+        if (!(span = lock_with_mapping(sh, map_len, align, zeroed))) {
             sample_failed(tc);
             return NULL;
         }
         object = span->start;
     }
     void *mem = (void *)object;
-    struct sample *s = publish(tc, &(struct sample_new){.ptr = mem, .usable = usable,
-                                                        .map_len = map_len,
-                                                        .own_bytes = span->npages << SA_PAGE_SHIFT,
-                                                        .rate = rate, .stack = st, .proxy = proxy,
-                                                        .guarded = guarded});
+    struct sample *s = publish_locked(tc, &(struct sample_new){.ptr = mem, .usable = usable,
+                                                               .map_len = map_len,
+                                                               .own_bytes = span->npages << SA_PAGE_SHIFT,
+                                                               .rate = rate, .stack = st,
+                                                               .proxy = proxy, .guarded = guarded});
+    sa_polled_unlock(&sh->lock);
     if (!s) {
         if (guarded)
             guard_unmap(span);
@@ -590,9 +714,12 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     if (!st)
         return false;
     void *mem = (void *)span->start;
-    struct sample *s = publish(tc, &(struct sample_new){.ptr = mem, .usable = usable,
-                                                        .map_len = span->npages << SA_PAGE_SHIFT,
-                                                        .rate = rate, .stack = st, .span = span});
+    struct sample_shard *sh = thread_shard(tc);
+    sa_polled_lock(&sh->lock);
+    struct sample *s = publish_locked(tc, &(struct sample_new){.ptr = mem, .usable = usable,
+                                                               .map_len = span->npages << SA_PAGE_SHIFT,
+                                                               .rate = rate, .stack = st, .span = span});
+    sa_polled_unlock(&sh->lock);
     if (!s)
         return false;
     /* Residency is read per OS page: with transparent huge pages on for
@@ -607,7 +734,7 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
 void prof_resize_span_sample(struct span *span, size_t usable)
 {
     struct sample *s = span->sample;
-    struct sample_shard *shard = shard_of(s->ptr);
+    struct sample_shard *shard = home(s);
     int64_t weight = sample_weight(usable, s->rate);
     sa_polled_lock(&shard->lock); /* dumps copy records under it */
     shard_live_add(shard, weight - s->weight);
@@ -622,7 +749,10 @@ void prof_resize_span_sample(struct span *span, size_t usable)
  * record is kept if `keep` (see sample_release). */
 static void forget_sample(struct sample *s, bool keep)
 {
-    sample_release(shard_of(s->ptr), s, keep);
+    struct sample_shard *sh = home(s);
+    sa_polled_lock(&sh->lock);
+    sample_release_locked(sh, s, keep);
+    sa_polled_unlock(&sh->lock);
 }
 
 void prof_unsample_span(struct span *span)
@@ -664,8 +794,18 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     struct prof_stack *st = s->stack;
     pageheap_sampled_detach(span, SPAN_PARKED);
     span->sample = st; /* for the message if it is freed again (prof_describe) */
-    forget_sample(s, false);
-    sampled_pages_put(span);
+    /* Out of the live samples, and its mapping its shard's spare if there
+     * is room, under one hold of the shard's lock. */
+    struct sample_shard *sh = home(s);
+    uint64_t now = os_now_ns();
+    bool decays = pageheap_decay_ms() != 0;
+    sa_polled_lock(&sh->lock);
+    sample_release_locked(sh, s, false);
+    bool kept = spare_keep_locked(sh, span, now, decays);
+    sa_polled_unlock(&sh->lock);
+    if (!kept)
+        sampled_pages_put(span);
+    spares_decay(now);
     return usable;
 }
 

@@ -82,6 +82,10 @@ size_t prof_sample_count(void);
  * guard pages included (stats.allocated and stats.active count them). */
 size_t prof_own_mapping_bytes(void);
 
+/* Bytes of freed sampled mappings the sample shards keep for their next
+ * samples (dirty: statistics count them with sampled_pages_dirty()). */
+size_t prof_spare_bytes(void);
+
 /* ---- the calling thread ---- */
 bool prof_thread_active_get(void);
 void prof_thread_active_set(bool on);

@@ -8,7 +8,9 @@
  * resident again.
  *
  * The common case, one thread sampling one small length again and again,
- * takes no lock: each length up to HOT_MAX_PAGES has one hot slot, filled
+ * does not get here: its sample shard keeps the mapping its last sample
+ * freed (prof.c, "spare mappings").  The next most common takes no lock:
+ * each length up to HOT_MAX_PAGES has one hot slot, filled
  * by a put with a compare-and-swap from empty and emptied by a get with an
  * exchange, so whoever empties it owns the mapping alone.  A lock round
  * trip costs two locked instructions and glibc's bookkeeping; a slot, one
@@ -236,6 +238,8 @@ void sampled_pages_put(struct span *s)
         discard(s);
     maybe_decay(now);
 }
+
+size_t sampled_pages_put_purged(struct span *s) { return purge_and_keep(&s, 1); }
 
 size_t sampled_pages_purge(void)
 {

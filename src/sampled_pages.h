@@ -45,6 +45,10 @@ struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed);
 /* Gives a mapping from sampled_pages_get back, parked. */
 void sampled_pages_put(struct span *s);
 
+/* Gives back a mapping that was kept elsewhere past the decay time (a
+ * sample shard's spare, prof.c), purged; returns the bytes purged. */
+size_t sampled_pages_put_purged(struct span *s);
+
 /* Purges every kept mapping now (malloc_trim); returns the bytes purged. */
 size_t sampled_pages_purge(void);
 

@@ -76,6 +76,7 @@ struct tcache_prof {
     uint64_t reported;   /* thread.allocated already added to prof's total */
     uint32_t gen;        /* sampler generation last applied (rate/activity) */
     bool active;         /* thread.prof.active */
+    uint8_t shard;       /* the sample shard its samples go to (prof.c) */
     bool in_prof;        /* reentrancy guard: inside sampling or stack capture */
     /* The weight of this thread's last sample, and the usable size and rate
      * it was for: samples of one size in a row skip its arithmetic. */

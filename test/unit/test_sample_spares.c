@@ -1,0 +1,189 @@
+/*
+ * test_sample_spares.c: the freed mapping each sample shard keeps for its
+ * next sample (prof.c, "spare mappings").
+ *
+ *   - a freed sample's mapping comes back to the thread's next sample of
+ *     its length, at the same address; another length does not take it;
+ *   - a sample freed by another thread leaves its mapping to the shard of
+ *     the thread that took it, whose next sample gets it;
+ *   - spares count as dirty, malloc_trim purges them, and so does decay
+ *     once they are idle longer than dirty_decay_ms; with dirty_decay_ms 0
+ *     there are none.
+ */
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "../../include/salloc.h"
+#include "dump.h"
+#include "pageheap.h"
+#include "prof.h"
+#include "unit.h"
+
+#define SMALL 64                 /* a small sample: one salloc page */
+#define OTHER (3 * SA_PAGE_SIZE) /* a sample of another length */
+
+static long saved_decay;
+
+static int setup(void **state)
+{
+    (void)state;
+    saved_decay = pageheap_decay_ms();
+    prof_reset(0); /* R = 1 byte: every allocation is sampled */
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(saved_decay);
+    prof_reset(19);
+    return 0;
+}
+
+/* A sampled allocation of `size` bytes: the rate change reaches a thread
+ * within its next check-in, so allocate until one is sampled. */
+static char *sampled_malloc(size_t size)
+{
+    for (int i = 0; i < (1 << 20); i++) {
+        char *p = malloc(size);
+        assert_non_null(p);
+        if (prof_is_sampled(p))
+            return p;
+        free(p);
+    }
+    fail_msg("no allocation of %zu bytes was sampled", size);
+    return NULL;
+}
+
+/* Whether the page of `p` is resident (false too if no longer mapped). */
+static bool page_resident(const void *p)
+{
+    unsigned char vec;
+    void *page = (void *)((uintptr_t)p & ~(uintptr_t)(os_page_size() - 1));
+    return mincore(page, os_page_size(), &vec) == 0 && (vec & 1);
+}
+
+static void test_spare_reused_by_the_next_sample_of_its_length(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0); /* no spare left by an earlier test */
+    char *p = sampled_malloc(SMALL);
+    memset(p, 0xab, SMALL);
+    free(p);
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    char *other = sampled_malloc(OTHER); /* another length: not the spare */
+    assert_ptr_not_equal(other, p);
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    char *q = sampled_malloc(SMALL);
+    assert_ptr_equal(q, p); /* the spare, unpurged */
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_int_equal((unsigned char)q[SMALL - 1], 0xab);
+    free(q);
+    free(other);
+}
+
+static pthread_barrier_t step;
+static char *taken_by_thread, *taken_again;
+
+/* Takes a sample, lets main free it, then takes another. */
+static void *taker(void *arg)
+{
+    (void)arg;
+    taken_by_thread = sampled_malloc(SMALL);
+    pthread_barrier_wait(&step); /* main frees it and samples */
+    pthread_barrier_wait(&step);
+    taken_again = sampled_malloc(SMALL);
+    return NULL;
+}
+
+static void test_spare_goes_home_when_freed_elsewhere(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    assert_int_equal(pthread_barrier_init(&step, NULL, 2), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, taker, NULL), 0);
+    pthread_barrier_wait(&step);
+    free(taken_by_thread); /* freed here: the spare of the taker's shard */
+    char *mine = sampled_malloc(SMALL);
+    assert_ptr_not_equal(mine, taken_by_thread);
+    pthread_barrier_wait(&step);
+    pthread_join(t, NULL);
+    assert_ptr_equal(taken_again, taken_by_thread);
+    free(taken_again);
+    free(mine);
+    pthread_barrier_destroy(&step);
+}
+
+static void test_spare_is_dirty_and_purged_by_trim(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    size_t resident_before = 0, sz = sizeof(size_t);
+    uint64_t epoch = 1;
+    assert_int_equal(mallctl("epoch", NULL, NULL, &epoch, sizeof(epoch)), 0);
+    assert_int_equal(mallctl("stats.resident", &resident_before, &sz, NULL, 0), 0);
+    char *p = sampled_malloc(SMALL);
+    memset(p, 1, SMALL);
+    free(p);
+    assert_true(page_resident(p));
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    size_t resident = 0;
+    assert_int_equal(mallctl("epoch", NULL, NULL, &epoch, sizeof(epoch)), 0);
+    assert_int_equal(mallctl("stats.resident", &resident, &sz, NULL, 0), 0);
+    assert_true(resident >= resident_before + SA_PAGE_SIZE); /* counted while it waits */
+    assert_int_equal(malloc_trim(0), 1);
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_false(page_resident(p));
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_spare_decays_when_idle(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(50);
+    malloc_trim(0);
+    char *p = sampled_malloc(SMALL);
+    memset(p, 1, SMALL);
+    free(p);
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    sleep_ms(150); /* idle past the decay time, and past a check's step */
+    /* The next free of a sample runs the decay check. */
+    free(sampled_malloc(OTHER));
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_false(page_resident(p));
+}
+
+static void test_no_spare_with_decay_zero(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(0);
+    malloc_trim(0);
+    char *p = sampled_malloc(SMALL);
+    memset(p, 1, SMALL);
+    free(p);
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_false(page_resident(p)); /* purged on the way back */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spare_reused_by_the_next_sample_of_its_length),
+        cmocka_unit_test(test_spare_goes_home_when_freed_elsewhere),
+        cmocka_unit_test(test_spare_is_dirty_and_purged_by_trim),
+        cmocka_unit_test(test_spare_decays_when_idle),
+        cmocka_unit_test(test_no_spare_with_decay_zero),
+    };
+    return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
+}
