@@ -83,12 +83,13 @@ static void test_polled_lock_excludes_under_contention(void **state)
 static sa_lock_t held = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL);
 static int got_it; /* set by the waiter once it holds `held` */
 
+/* Takes and drops the lock of kind `arg`, saying so in got_it. */
 static void *wait_for_it(void *arg)
 {
-    (void)arg;
-    sa_lock(&held);
+    const struct kind *k = arg;
+    k->lock(k->l);
     __atomic_store_n(&got_it, 1, __ATOMIC_RELAXED);
-    sa_unlock(&held);
+    k->unlock(k->l);
     return NULL;
 }
 
@@ -117,7 +118,9 @@ static void test_lock_sleeper_is_woken(void **state)
     (void)state;
     sa_lock(&held);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_for_it, NULL), 0);
+    assert_int_equal(pthread_create(&t, NULL, wait_for_it,
+                                    &(struct kind){futex_lock, futex_unlock, &held, &held.word}),
+                     0);
     /* The waiter spins a while, then marks the word and sleeps. */
     int waited_ms = 0;
     while (__atomic_load_n(&held.word, __ATOMIC_RELAXED) != LOCK_HELD_WAITERS && waited_ms < 5000) {
@@ -136,15 +139,7 @@ static void test_lock_sleeper_is_woken(void **state)
 }
 
 static sa_polled_lock_t polled_held = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES);
-
-static void *wait_for_polled(void *arg)
-{
-    (void)arg;
-    sa_polled_lock(&polled_held);
-    __atomic_store_n(&got_it, 1, __ATOMIC_RELAXED);
-    sa_polled_unlock(&polled_held);
-    return NULL;
-}
+static struct kind polled_held_kind = {polled_lock, polled_unlock, &polled_held, &polled_held.lock.word};
 
 /* Holds polled_held and starts `waiter` on it; returns once the waiter has
  * had `ms` to spin, yield and go to napping. */
@@ -153,7 +148,7 @@ static pthread_t hold_with_napping_waiter(void *(*waiter)(void *), long ms)
     __atomic_store_n(&got_it, 0, __ATOMIC_RELAXED);
     sa_polled_lock(&polled_held);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, waiter, NULL), 0);
+    assert_int_equal(pthread_create(&t, NULL, waiter, &polled_held_kind), 0);
     sleep_ms(ms);
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 0);
     /* The word says held, never "waiters": a waiter leaves no mark. */
@@ -166,11 +161,19 @@ static pthread_t hold_with_napping_waiter(void *(*waiter)(void *), long ms)
 static void test_polled_lock_napping_waiter_gets_it(void **state)
 {
     (void)state;
-    pthread_t t = hold_with_napping_waiter(wait_for_polled, 200);
+    pthread_t t = hold_with_napping_waiter(wait_for_it, 200);
     sa_polled_unlock(&polled_held);
     join_within_5s(t, "the napping waiter never took the freed polled lock");
     assert_int_equal(__atomic_load_n(&got_it, __ATOMIC_RELAXED), 1);
     assert_int_equal(__atomic_load_n(&polled_held.lock.word, __ATOMIC_RELAXED), LOCK_FREE);
+}
+
+static void assert_child_exited_zero(pid_t pid)
+{
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void test_lock_reset_in_fork_child(void **state)
@@ -186,15 +189,12 @@ static void test_lock_reset_in_fork_child(void **state)
         _exit(held.word == LOCK_FREE ? 0 : 1);
     }
     sa_unlock(&held);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_child_exited_zero(pid);
 }
 
 static void *wait_for_polled_then_testcancel(void *arg)
 {
-    wait_for_polled(arg);
+    wait_for_it(arg);
     pthread_testcancel(); /* the cancellation lands here, after the lock */
     return NULL;
 }
@@ -228,10 +228,7 @@ static void test_polled_lock_reset_in_fork_child(void **state)
         _exit(polled_held.lock.word == LOCK_FREE ? 0 : 1);
     }
     sa_polled_unlock(&polled_held);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_child_exited_zero(pid);
 }
 
 int main(void)

@@ -65,14 +65,22 @@ static bool page_resident(const void *p)
     return mincore(page, os_page_size(), &vec) == 0 && (vec & 1);
 }
 
+/* With dirty_decay_ms `decay_ms` and no spare left by an earlier test: a
+ * small sample, written with `fill` and freed; its address. */
+static char *sampled_and_freed(long decay_ms, int fill)
+{
+    pageheap_set_decay_ms(decay_ms);
+    malloc_trim(0);
+    char *p = sampled_malloc(SMALL);
+    memset(p, fill, SMALL);
+    free(p);
+    return p;
+}
+
 static void test_spare_reused_by_the_next_sample_of_its_length(void **state)
 {
     (void)state;
-    pageheap_set_decay_ms(10000);
-    malloc_trim(0); /* no spare left by an earlier test */
-    char *p = sampled_malloc(SMALL);
-    memset(p, 0xab, SMALL);
-    free(p);
+    char *p = sampled_and_freed(10000, 0xab);
     assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
     char *other = sampled_malloc(OTHER); /* another length: not the spare */
     assert_ptr_not_equal(other, p);
@@ -151,11 +159,7 @@ static void sleep_ms(long ms)
 static void test_spare_decays_when_idle(void **state)
 {
     (void)state;
-    pageheap_set_decay_ms(50);
-    malloc_trim(0);
-    char *p = sampled_malloc(SMALL);
-    memset(p, 1, SMALL);
-    free(p);
+    char *p = sampled_and_freed(50, 1);
     assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
     sleep_ms(150); /* idle past the decay time, and past a check's step */
     /* The next free of a sample runs the decay check. */
@@ -167,11 +171,7 @@ static void test_spare_decays_when_idle(void **state)
 static void test_no_spare_with_decay_zero(void **state)
 {
     (void)state;
-    pageheap_set_decay_ms(0);
-    malloc_trim(0);
-    char *p = sampled_malloc(SMALL);
-    memset(p, 1, SMALL);
-    free(p);
+    char *p = sampled_and_freed(0, 1);
     assert_int_equal(prof_spare_bytes(), 0);
     assert_false(page_resident(p)); /* purged on the way back */
 }
