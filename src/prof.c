@@ -17,8 +17,9 @@
  * (LOCK_RANK_SAMPLES; a polled lock, lock.h, whose unlock is a plain
  * store: a sample and its free hold one each, and waiters are rare).  A
  * thread's samples go to its own shard, so threads sampling at once rarely
- * meet, and each shard keeps a freed mapping for its next sample; dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the
- * prefix and the automatic-name counters.  No allocator lock is held while
+ * meet, and each shard keeps a freed mapping for its next sample.
+ * dump_lock (LOCK_RANK_DUMP) serialises dumps and guards the prefix and
+ * the automatic-name counters.  No allocator lock is held while
  * a stack is captured.  Nothing here calls malloc.
  */
 #define _GNU_SOURCE /* dladdr */
@@ -105,7 +106,7 @@ struct sample {
 #define SAMPLE_SHARDS 16
 
 static struct sample_shard {
-    sa_polled_lock_t lock; /* see lock.h: a sample holds it twice, briefly */
+    sa_polled_lock_t lock; /* see lock.h: a sample and its free hold it briefly */
     struct sample *live;  /* doubly linked */
     struct sample *spare; /* records to reuse */
     size_t count;
@@ -120,8 +121,9 @@ static struct sample_shard {
 };
 
 /* A thread publishes its samples in its own shard (assigned round robin),
- * so that up to SAMPLE_SHARDS threads sampling at once never meet, and a
- * thread's next sample finds the mapping its last one freed. */
+ * so that up to SAMPLE_SHARDS threads sampling at once meet only when one
+ * frees another's samples, and a thread's next sample finds the mapping
+ * its last one freed. */
 static struct sample_shard *thread_shard(const struct tcache *tc) { return &shards[tc->prof.shard]; }
 
 /* The shard a record belongs to, wherever it is freed. */
