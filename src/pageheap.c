@@ -178,6 +178,11 @@ static bool purge_locked(struct span *s)
     return ok;
 }
 
+uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
+{
+    return decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+}
+
 static void maybe_decay(void)
 {
     if (decay_ms < 0 || !lru_head)
@@ -185,10 +190,7 @@ static void maybe_decay(void)
     uint64_t now = os_now_ns(), decay_ns = (uint64_t)decay_ms * 1000000u;
     if (now < next_decay_check)
         return;
-    /* Check again after an eighth of the decay time (at most once a second):
-     * pages then live between 1 and 1.125 decay times once freed. */
-    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
-    next_decay_check = now + step;
+    next_decay_check = now + pageheap_decay_step_ns(decay_ns);
     while (lru_head && lru_head->freed_at + decay_ns <= now && purge_locked(lru_head))
         ;
 }

@@ -84,6 +84,11 @@ size_t pageheap_purge(void);
  * once, a negative value never (only pageheap_purge() does). */
 void pageheap_set_decay_ms(long ms);
 long pageheap_decay_ms(void);
+/* How often decay looks for idle memory, for a decay time of `decay_ns`:
+ * every eighth of it, at most once a second, so that memory lives between
+ * 1 and 1.125 decay times once freed.  The page heap, sampled_pages.c and
+ * the sample shards' spares (prof.c) all use it. */
+uint64_t pageheap_decay_step_ns(uint64_t decay_ns);
 
 struct pageheap_stats {
     size_t mapped;     /* bytes obtained from the kernel for the heap */

@@ -513,7 +513,7 @@ static void spares_decay(uint64_t now)
     if (decay_ms <= 0) /* 0: no spares; negative: purged only by malloc_trim */
         return;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
-    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    uint64_t step = pageheap_decay_step_ns(decay_ns);
     uint64_t next = __atomic_load_n(&next_spare_check, __ATOMIC_RELAXED);
     /* A check further out than one step was scheduled under a longer
      * decay time (dirty_decay_ms changed): do it now.  One thread wins. */

@@ -160,7 +160,7 @@ static void maybe_decay(uint64_t now)
     struct span *spans[SLOTS];
     size_t n = 0;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
-    uint64_t step = decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+    uint64_t step = pageheap_decay_step_ns(decay_ns);
     /* Most puts are not due: seen without the lock (checked again under it). */
     uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
     if (now < next && next - now <= step)
