@@ -27,8 +27,23 @@
  * The pages of such a span carry its owner's tag (pagemap.h), so that
  * free() sends another live thread's objects back here (tcache.h, remote
  * frees) instead of letting the freeing thread reuse them.
+ *
+ * Transfer chains.  A batch given back whole goes to the spans one object
+ * at a time: a pagemap lookup, a push onto its span's list, and for a
+ * class of a few objects per span often a span emptied and given to the
+ * page heap, which the next batch taken maps and carves again.  So a class
+ * above AFFINITY_MAX_SIZE (whose spans have no owner) keeps up to
+ * central_xfer_slots() chains given back as they came, at most a batch each, and
+ * hands them out again as they are, as tcmalloc's transfer cache does: a
+ * thread that frees what another allocates (larson, producer and consumer)
+ * moves a batch with one lock hold and no object touched.  The objects of a
+ * kept chain are free but still out of their spans (span->allocated counts
+ * them), so their spans stay; malloc_trim gives them back to their spans
+ * (central_release_empty), and the cap is XFER_BYTES a class.
  */
 #include "central.h"
+
+#include <limits.h>
 
 #include "lock.h"
 #include "log.h"
@@ -36,12 +51,23 @@
 #include "pagemap.h"
 #include "sizeclass.h"
 
+/* A chain of free objects given back whole, linked through word 0. */
+struct xfer_chain {
+    void *head, *tail;
+    unsigned count;
+};
+
+/* Chains a class keeps at most, and the bytes they may hold together. */
+#define XFER_MAX_SLOTS 8
+#define XFER_BYTES ((size_t)128 << 10)
+
 struct central {
     sa_lock_t lock;
     struct span *partial; /* spans with free objects, most recently used first */
     struct span *empty;   /* one span with no object out, kept for reuse */
     size_t spans;         /* small spans owned by the class, empty one included */
-    size_t allocated;     /* objects handed out */
+    size_t allocated;     /* objects handed out (not those in its chains) */
+    unsigned nxfer;       /* transfer chains kept, in xfers[class] */
 } SA_ALIGNED(SA_CACHELINE);
 
 /* Statically initialised (a GNU range initialiser) so that the very first
@@ -49,6 +75,10 @@ struct central {
 static struct central centrals[SA_NUM_CLASSES] = {
     [0 ... SA_NUM_CLASSES - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL)},
 };
+
+/* Each class's transfer chains, the last the most recent; under its lock.
+ * Apart from centrals so that they are .bss. */
+static struct xfer_chain xfers[SA_NUM_CLASSES][XFER_MAX_SLOTS];
 
 static struct central *central_of(unsigned cls) { return &centrals[cls]; }
 
@@ -118,6 +148,52 @@ static struct span *span_for(struct central *c, unsigned cls, struct central_own
     return c->partial; /* out of memory: anyone's will do */
 }
 
+/* Transfer chains (above) a class may keep: as many batches as fit in
+ * XFER_BYTES (none for the largest classes, where a batch of two objects is
+ * more than that and moving it costs little next to using it), and none
+ * for classes that keep to their owners' spans (a chain mixes anyone's
+ * objects). */
+unsigned central_xfer_slots(unsigned cls)
+{
+    size_t size = sizeclass_size(cls);
+    if (size <= AFFINITY_MAX_SIZE)
+        return 0;
+    size_t n = XFER_BYTES / (size * sizeclass_batch(cls));
+    return n > XFER_MAX_SLOTS ? XFER_MAX_SLOTS : (unsigned)n;
+}
+
+/* Under the lock: up to `want` objects from the most recent chain, chained
+ * from *first to *last; how many. */
+static unsigned xfer_take(struct central *c, unsigned cls, unsigned want, void **first,
+                          void **last)
+{
+    struct xfer_chain *x = &xfers[cls][c->nxfer - 1];
+    *first = x->head;
+    if (x->count <= want) {
+        *last = x->tail;
+        c->nxfer--;
+        return x->count;
+    }
+    void *end = x->head;
+    for (unsigned i = 1; i < want; i++)
+        end = *(void **)end;
+    *last = end;
+    x->head = *(void **)end;
+    x->count -= want;
+    return want;
+}
+
+/* Under the lock: keeps `n` objects chained from head to tail as a chain
+ * if the class has a slot for it; false if not. */
+static bool xfer_keep(struct central *c, unsigned cls, void *head, void *tail, unsigned n)
+{
+    if (n > sizeclass_batch(cls) || c->nxfer >= central_xfer_slots(cls))
+        return false;
+    xfers[cls][c->nxfer++] = (struct xfer_chain){head, tail, n};
+    c->allocated -= n;
+    return true;
+}
+
 /* Debug builds: the class's spans and lists, every 16th batch of the
  * class (no lock held: central_check takes the class's). */
 static void debug_check(unsigned cls)
@@ -136,6 +212,8 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
     void *first = NULL, *last = NULL;
 
     sa_lock(&c->lock);
+    if (c->nxfer)
+        got = xfer_take(c, cls, want, &first, &last);
     while (got < want) {
         struct span *s = span_for(c, cls, owner);
         if (!s)
@@ -191,10 +269,9 @@ static void span_emptied(struct central *c, struct span *s)
     }
 }
 
-void central_free_batch(unsigned cls, void *head, unsigned n)
+/* Under the lock: `n` objects chained from `head` back into their spans. */
+static void return_to_spans(struct central *c, unsigned cls, void *head, unsigned n)
 {
-    struct central *c = central_of(cls);
-    sa_lock(&c->lock);
     for (unsigned i = 0; i < n; i++) {
         void *obj = head;
         head = *(void **)obj;
@@ -209,8 +286,26 @@ void central_free_batch(unsigned cls, void *head, unsigned n)
             span_emptied(c, s);
     }
     c->allocated -= n;
+}
+
+void central_free_batch(unsigned cls, void *head, void *tail, unsigned n)
+{
+    struct central *c = central_of(cls);
+    sa_lock(&c->lock);
+    if (!xfer_keep(c, cls, head, tail, n))
+        return_to_spans(c, cls, head, n);
     sa_unlock(&c->lock);
     debug_check(cls);
+}
+
+/* Under the lock: every kept chain back into its spans. */
+static void xfer_drain(struct central *c, unsigned cls)
+{
+    while (c->nxfer) {
+        struct xfer_chain *x = &xfers[cls][--c->nxfer];
+        c->allocated += x->count; /* return_to_spans takes them off again */
+        return_to_spans(c, cls, x->head, x->count);
+    }
 }
 
 void central_release_empty(void)
@@ -218,6 +313,7 @@ void central_release_empty(void)
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct central *c = central_of(cls);
         sa_lock(&c->lock);
+        xfer_drain(c, cls);
         struct span *s = c->empty;
         c->empty = NULL;
         if (s) {
@@ -226,6 +322,24 @@ void central_release_empty(void)
         }
         sa_unlock(&c->lock);
     }
+}
+
+/* Whether `obj` is among the first `n` objects of the chain from `head`. */
+static bool chain_holds(const void *head, unsigned n, const void *obj)
+{
+    for (const void *o = head; o && n--; o = *(void *const *)o)
+        if (o == obj)
+            return true;
+    return false;
+}
+
+/* Under the lock: whether `obj` is in one of the class's transfer chains. */
+static bool xfer_holds(const struct central *c, unsigned cls, const void *obj)
+{
+    for (unsigned i = 0; i < c->nxfer; i++)
+        if (chain_holds(xfers[cls][i].head, xfers[cls][i].count, obj))
+            return true;
+    return false;
 }
 
 enum central_object central_object_state(unsigned cls, const void *obj, const void **start)
@@ -241,14 +355,24 @@ enum central_object central_object_state(unsigned cls, const void *obj, const vo
         state = OBJECT_INSIDE;
     else if (off / size >= s->carved)
         state = OBJECT_NEVER;
-    else
-        for (void *o = s->freelist; o; o = *(void **)o)
-            if (o == obj) {
-                state = OBJECT_FREE;
-                break;
-            }
+    else if (chain_holds(s->freelist, UINT_MAX, obj) || xfer_holds(c, cls, obj))
+        state = OBJECT_FREE;
     sa_unlock(&c->lock);
     return state;
+}
+
+/* Under the lock: how many objects of the class's transfer chains are in
+ * span `s` (out of it, but free). */
+static unsigned xfer_objects_in(const struct central *c, unsigned cls, const struct span *s)
+{
+    unsigned n = 0;
+    uintptr_t end = s->start + (s->npages << SA_PAGE_SHIFT);
+    for (unsigned i = 0; i < c->nxfer; i++) {
+        const void *o = xfers[cls][i].head;
+        for (unsigned k = 0; k < xfers[cls][i].count; k++, o = *(void *const *)o)
+            n += (uintptr_t)o >= s->start && (uintptr_t)o < end;
+    }
+    return n;
 }
 
 bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated)
@@ -261,8 +385,8 @@ bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated
     struct span *s = pagemap_span(obj);
     bool ok = s && s->state == SPAN_SMALL && s->cls == cls;
     if (ok) {
-        *allocated = s->allocated;
-        *free_bytes = (s->npages << SA_PAGE_SHIFT) - s->allocated * sizeclass_size(cls);
+        *allocated = s->allocated - xfer_objects_in(c, cls, s);
+        *free_bytes = (s->npages << SA_PAGE_SHIFT) - *allocated * sizeclass_size(cls);
     }
     sa_unlock(&c->lock);
     return ok;
@@ -297,6 +421,23 @@ static size_t check_span(const struct span *s, unsigned cls)
     return s->allocated;
 }
 
+/* A transfer chain: count objects of the class, out of their spans, the
+ * last its tail. */
+static void check_chain(const struct xfer_chain *x, unsigned cls)
+{
+    const void *o = x->head;
+    for (unsigned i = 0; i < x->count; i++) {
+        const struct span *s = o ? pagemap_span(o) : NULL;
+        if (!s || s->state != SPAN_SMALL || s->cls != cls ||
+            ((uintptr_t)o - s->start) % sizeclass_size(cls) || s->allocated == 0)
+            sa_fatal("central: bad object %p in a transfer chain of class %u", o, cls);
+        if (i + 1 == x->count && o != x->tail)
+            sa_fatal("central: transfer chain of class %u ends at %p, not its tail %p", cls,
+                     o, x->tail);
+        o = *(void *const *)o;
+    }
+}
+
 void central_check(unsigned cls)
 {
     struct central *c = central_of(cls);
@@ -309,6 +450,10 @@ void central_check(unsigned cls)
     }
     if (c->empty && (check_span(c->empty, cls) || c->empty->on_list))
         sa_fatal("central: kept empty span of class %u is not empty", cls);
+    if (c->nxfer > central_xfer_slots(cls))
+        sa_fatal("central: class %u keeps %u transfer chains", cls, c->nxfer);
+    for (unsigned i = 0; i < c->nxfer; i++)
+        check_chain(&xfers[cls][i], cls);
     sa_unlock(&c->lock);
 }
 

@@ -32,8 +32,8 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                              void **head, void **tail);
 
 /* Gives back `n` objects of class `cls` chained from `head` through word 0
- * (the last one's link is ignored). */
-void central_free_batch(unsigned cls, void *head, unsigned n);
+ * to `tail` (whose link is ignored). */
+void central_free_batch(unsigned cls, void *head, void *tail, unsigned n);
 
 /* opt.check: what the central list knows of `obj`, a pointer into a small
  * span of class `cls`: handed out (in a thread cache or in use), free in
@@ -42,12 +42,18 @@ void central_free_batch(unsigned cls, void *head, unsigned n);
 enum central_object { OBJECT_OUT, OBJECT_FREE, OBJECT_NEVER, OBJECT_INSIDE };
 enum central_object central_object_state(unsigned cls, const void *obj, const void **start);
 
-/* Gives every class's kept empty span back to the page heap (malloc_trim). */
+/* How many transfer chains class `cls` keeps at most (central.c): batches
+ * given back whole, handed out again as they are.  0 for the classes that
+ * keep to their owners' spans. */
+unsigned central_xfer_slots(unsigned cls);
+
+/* Gives every class's transfer chains back to their spans and its kept
+ * empty span back to the page heap (malloc_trim). */
 void central_release_empty(void);
 
 /* For the small object `obj`: the bytes of its span not holding a live
- * object (free objects, never-carved room, the tail) and how many objects
- * are out.  False if `obj` is not in a small span.  Takes the class lock. */
+ * object (free objects, transfer chains' included, never-carved room, the
+ * tail) and how many objects are out.  False if `obj` is not in a small span.  Takes the class lock. */
 bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated);
 
 struct central_stats {

@@ -73,7 +73,7 @@ static void release_proxy(void *proxy)
     unsigned cls = pagemap_class_of(proxy);
     struct tcache *tc = init_current_cache();
     if (!tc) {
-        central_free_batch(cls, proxy, 1);
+        central_free_batch(cls, proxy, proxy, 1);
         return;
     }
     tc->dealloc_adjust -= sizeclass_size(cls);
@@ -300,7 +300,7 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
     }
     struct tcache *tc = init_thread_cache();
     if (!tc) {
-        central_free_batch(cls, p, 1);
+        central_free_batch(cls, p, p, 1);
         return;
     }
     tcache_put(tc, cls, p);

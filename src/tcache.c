@@ -114,7 +114,7 @@ static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
     bin->head = *(void **)last;
     bin->room += n;
     tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the list, not popped */
-    central_free_batch(cls, head, n);
+    central_free_batch(cls, head, last, n);
 }
 
 /* Gives the remote chain of `cls` to the central list. */
@@ -124,7 +124,7 @@ static void flush_remote(struct tcache *tc, unsigned cls)
     if (r->count == 0)
         return;
     tc->dealloc_adjust += (uint64_t)r->count * sizeclass_size(cls); /* as flush_bin */
-    central_free_batch(cls, r->head, r->count);
+    central_free_batch(cls, r->head, r->tail, r->count);
     r->head = NULL;
     __atomic_store_n(&r->count, 0, __ATOMIC_RELAXED); /* stats read it racily */
 }
@@ -132,6 +132,8 @@ static void flush_remote(struct tcache *tc, unsigned cls)
 void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj)
 {
     struct tcache_remote *r = &tc->remote[cls];
+    if (r->count == 0)
+        r->tail = obj;
     *(void **)obj = r->head;
     r->head = obj;
     __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELAXED); /* stats read it racily */

@@ -93,6 +93,7 @@ struct tcache_prof {
  * their way back to the central list. */
 struct tcache_remote {
     void *head;     /* linked through word 0 */
+    void *tail;     /* the first pushed: the last of the chain */
     uint32_t count;
 };
 

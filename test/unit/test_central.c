@@ -30,7 +30,7 @@ static void give(unsigned cls, unsigned n, void **objs)
 {
     for (unsigned i = 0; i < n; i++)
         *(void **)objs[i] = i + 1 < n ? objs[i + 1] : NULL;
-    central_free_batch(cls, objs[0], n);
+    central_free_batch(cls, objs[0], objs[n - 1], n);
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -210,6 +210,122 @@ static void test_central_spans_carry_their_owners_tag(void **state)
     central_check(cls);
 }
 
+/* Whether free object `obj` of class `cls` went back to its span: it is on
+ * the span's list, or the span, emptied, went back to the page heap. */
+static bool back_in_its_span(unsigned cls, void *obj)
+{
+    struct span *s = pagemap_span(obj);
+    if (!s || s->state != SPAN_SMALL || s->cls != cls)
+        return true;
+    for (void *o = s->freelist; o; o = *(void **)o)
+        if (o == obj)
+            return true;
+    return false;
+}
+
+/* A class above the affinity size keeps a batch given back whole as a
+ * transfer chain: no longer counted out, but still out of its spans, which
+ * stay; the next batch taken is the same objects in the same order; a
+ * double-free check finds them free; malloc_trim gives them back to their
+ * spans, which then go back to the page heap. */
+static void test_central_keeps_a_batch_given_back_whole(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
+    assert_true(central_xfer_slots(cls) >= 1);
+    central_release_empty(); /* no chain of an earlier test */
+    void **objs = malloc(batch * sizeof(void *)), **again = malloc(batch * sizeof(void *));
+    struct central_stats before, taken, kept, trimmed;
+    central_get_stats(cls, &before);
+    take(cls, batch, objs);
+    central_get_stats(cls, &taken);
+    assert_true(taken.spans > before.spans);
+    /* The fragmentation dump's view of the first object's span. */
+    size_t free_out, free_kept;
+    unsigned out, out_kept, in_span = 0;
+    assert_true(central_span_usage(objs[0], &free_out, &out));
+    for (unsigned i = 0; i < batch; i++)
+        in_span += pagemap_span(objs[i]) == pagemap_span(objs[0]);
+    give(cls, batch, objs);
+    assert_true(central_span_usage(objs[0], &free_kept, &out_kept));
+    assert_int_equal(out_kept, out - in_span);
+    assert_int_equal(free_kept, free_out + in_span * sizeclass_size(cls));
+    central_get_stats(cls, &kept);
+    assert_int_equal(kept.allocated, before.allocated);
+    assert_int_equal(kept.spans, taken.spans); /* emptied spans would have gone */
+    for (unsigned i = 0; i < batch; i++) {
+        const void *start;
+        assert_int_equal(central_object_state(cls, objs[i], &start), OBJECT_FREE);
+    }
+    central_check(cls);
+    take(cls, batch, again);
+    for (unsigned i = 0; i < batch; i++)
+        assert_ptr_equal(again[i], objs[i]);
+    give(cls, batch, again);
+    central_release_empty();
+    central_get_stats(cls, &trimmed);
+    assert_int_equal(trimmed.allocated, before.allocated);
+    assert_true(trimmed.spans <= before.spans);
+    central_check(cls);
+    pageheap_check();
+    free(objs);
+    free(again);
+}
+
+/* A class keeps at most central_xfer_slots() chains, each at most a batch:
+ * past that, objects go back to their spans' own lists.  A class whose
+ * batch is more than the 128 KiB cap keeps none. */
+static void test_central_transfer_chains_are_capped(void **state)
+{
+    (void)state;
+    unsigned big = sizeclass_of(100000);
+    assert_true(sizeclass_size(big) * sizeclass_batch(big) > (128 << 10));
+    assert_int_equal(central_xfer_slots(big), 0);
+    unsigned cls = sizeclass_of(1024), batch = sizeclass_batch(cls);
+    unsigned slots = central_xfer_slots(cls), n = (slots + 1) * batch;
+    assert_true(slots >= 1);
+    central_release_empty();
+    void **objs = malloc((n + batch + 1) * sizeof(void *));
+    take(cls, n + batch + 1, objs);
+    give(cls, batch + 1, objs); /* longer than a batch */
+    for (unsigned k = 0; k <= slots; k++)
+        give(cls, batch, objs + batch + 1 + k * batch);
+    for (unsigned i = 0; i < n + batch + 1; i++) {
+        bool chained = i > batch && i <= batch + slots * batch;
+        assert_int_equal(back_in_its_span(cls, objs[i]), !chained);
+    }
+    central_check(cls);
+    /* The chains come out again, the last kept first, each object once. */
+    void **again = malloc(batch * sizeof(void *));
+    for (unsigned k = slots; k-- > 0;) {
+        take(cls, batch, again);
+        for (unsigned i = 0; i < batch; i++)
+            assert_ptr_equal(again[i], objs[batch + 1 + k * batch + i]);
+    }
+    for (unsigned k = 0; k < slots; k++)
+        give(cls, batch, objs + batch + 1 + k * batch);
+    free(again);
+    central_release_empty();
+    central_check(cls);
+    free(objs);
+}
+
+/* Classes that keep to their owners' spans keep no chain: a batch goes
+ * back to its spans, where only its owner takes it again. */
+static void test_central_owned_classes_keep_no_chain(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(256);
+    assert_int_equal(central_xfer_slots(cls), 0);
+    enum { N = 16 };
+    void *objs[N];
+    take(cls, N, objs);
+    give(cls, N, objs);
+    for (unsigned i = 0; i < N; i++)
+        assert_true(back_in_its_span(cls, objs[i]));
+    central_check(cls);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +335,9 @@ int main(void)
         cmocka_unit_test(test_central_empty_spans_go_back),
         cmocka_unit_test(test_central_reuses_returned_objects),
         cmocka_unit_test(test_central_fresh_span_goes_out_ascending),
+        cmocka_unit_test(test_central_keeps_a_batch_given_back_whole),
+        cmocka_unit_test(test_central_transfer_chains_are_capped),
+        cmocka_unit_test(test_central_owned_classes_keep_no_chain),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
