@@ -3,8 +3,9 @@
  * below is the one place that lists option names; each row says how its
  * value parses and where it goes.
  *
- * Owns opt_dirty_decay_ms, opt_abort_conf and opt_confirm_conf; assigns the
- * profiling options of prof.h (prof.c defines them) before prof_boot().
+ * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check and
+ * opt_thp; assigns the profiling options of prof.h (prof.c defines them)
+ * before prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
  */
@@ -26,6 +27,7 @@ ssize_t opt_dirty_decay_ms = 10000;
 bool opt_abort_conf = false;
 bool opt_confirm_conf = false;
 bool opt_check = false;
+char opt_thp[CONF_CHOICE_MAX] = "auto";
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
@@ -129,8 +131,9 @@ enum kind {
     K_CLIP,      /* unsigned, values above hi clipped to hi */
     K_SIGNED,    /* lo..hi, else out of range */
     K_STRING,    /* copied into a PROF_PREFIX_MAX array, truncated */
-    K_CHOICE,    /* one of `choices`, copied into a PROF_CHOICE_MAX array */
+    K_CHOICE,    /* one of `choices`, copied into a CONF_CHOICE_MAX array */
 };
+_Static_assert(PROF_CHOICE_MAX == CONF_CHOICE_MAX, "K_CHOICE copies into arrays of one size");
 
 struct option {
     const char *name;
@@ -143,6 +146,7 @@ struct option {
 
 static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
 static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
+static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
 
 static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
 
@@ -173,6 +177,7 @@ static const struct option options[] = {
     {"prof_unwind", K_CHOICE, opt_prof_unwind, 0, 0, NULL, unwinders},
     {"retain", K_TRUE, NULL, 0, 0, NULL, NULL},
     {"tcache", K_TRUE, NULL, 0, 0, NULL, NULL},
+    {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
 };
 
 static enum verdict set_option(const struct option *o, const char *v, size_t len)

@@ -25,6 +25,12 @@ extern bool opt_confirm_conf;      /* print each source and accepted pair */
  * free's size, on the slow path (man/salloc.3, opt.check); off by default.
  * Fixed once set-up is done. */
 extern bool opt_check;
+/* Transparent huge pages for the heap (man/salloc.3, opt.thp): "auto" (the
+ * default: for what the heap maps beyond its first chunk), "always",
+ * "never" (asked of the kernel with madvise) or "default" (left to the
+ * system's setting).  Fixed once set-up is done. */
+#define CONF_CHOICE_MAX 8
+extern char opt_thp[CONF_CHOICE_MAX];
 
 void conf_init(void);
 

@@ -540,6 +540,7 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_unwind", T_STR, opt_prof_unwind),
     CONST("opt.retain", T_BOOL, 1),
     CONST("opt.tcache", T_BOOL, 1),
+    VAR("opt.thp", T_STR, opt_thp),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
     FN("prof.dump", T_STR, A_W, ctl_prof_dump, G_PROF_ALL),
     FN("prof.dump_fragmentation", T_STR, A_W, ctl_prof_dump_fragmentation, G_PROF_ALL),

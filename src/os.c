@@ -74,6 +74,11 @@ void os_nohugepage(void *addr, size_t len)
     os_syscalls.madvise(addr, len, MADV_NOHUGEPAGE);
 }
 
+void os_hugepage(void *addr, size_t len)
+{
+    os_syscalls.madvise(addr, len, MADV_HUGEPAGE);
+}
+
 bool os_thp_always(void)
 {
     static int always = -1; /* -1: not read yet */

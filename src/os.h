@@ -53,6 +53,9 @@ bool os_protect(void *addr, size_t len, bool accessible);
 /* Asks the kernel not to back the range with transparent huge pages, so that
  * residency per OS page stays exact (sampled allocations). */
 void os_nohugepage(void *addr, size_t len);
+/* Asks for transparent huge pages on [addr, addr + len) (MADV_HUGEPAGE);
+ * best effort, as os_nohugepage. */
+void os_hugepage(void *addr, size_t len);
 
 /* Whether the kernel backs all anonymous memory with transparent huge
  * pages when it can (/sys/kernel/mm/transparent_hugepage/enabled says

@@ -77,6 +77,11 @@ struct span *pageheap_sampled_span(const void *p);
 /* Bytes mapped for the heap so far (a lock-free read, for prof.gdump). */
 size_t pageheap_mapped_bytes(void);
 
+/* Whether part of the heap was advised to use transparent huge pages
+ * (opt.thp): a sampled large span there then needs MADV_NOHUGEPAGE for
+ * exact residency (prof.c). */
+bool pageheap_hugepages_advised(void);
+
 /* Returns every dirty free page to the kernel now; the number of bytes. */
 size_t pageheap_purge(void);
 

@@ -725,8 +725,9 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     if (!s)
         return false;
     /* Residency is read per OS page: with transparent huge pages on for
-     * all memory, keep the kernel from backing this span with one. */
-    if (os_thp_always())
+     * all memory, or asked for this part of the heap (opt.thp), keep the
+     * kernel from backing this span with one. */
+    if (os_thp_always() || pageheap_hugepages_advised())
         os_nohugepage(mem, span->npages << SA_PAGE_SHIFT);
     __atomic_store_n(&span->sample, s, __ATOMIC_RELEASE);
     after_publish(tc, s);

@@ -37,7 +37,7 @@ static const char defaults[] =
     "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
     "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
-    "lg_prof_guard_every:-1";
+    "lg_prof_guard_every:-1,thp:auto";
 
 static void reset(void)
 {
@@ -58,6 +58,9 @@ static void check_options(void)
 {
     static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
     static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
+    static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
+    FUZZ_CHECK(memchr(opt_thp, '\0', sizeof(opt_thp)) != NULL);
+    FUZZ_CHECK(one_of(opt_thp, thp_modes));
     FUZZ_CHECK(memchr(opt_prof_prefix, '\0', sizeof(opt_prof_prefix)) != NULL);
     FUZZ_CHECK(memchr(opt_prof_format, '\0', sizeof(opt_prof_format)) != NULL);
     FUZZ_CHECK(memchr(opt_prof_unwind, '\0', sizeof(opt_prof_unwind)) != NULL);

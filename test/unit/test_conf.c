@@ -39,7 +39,8 @@ static int reset(void **state)
     int bad = conf_apply("confirm_conf:false,prof:true,prof_active:true,prof_thread_active_init:true,"
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
-                         "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast",
+                         "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
+                         "thp:auto",
                          "reset");
     return bad;
 }
@@ -70,6 +71,13 @@ static void test_conf_every_key_accepted(void **state)
     assert_string_equal(opt_prof_unwind, "libgcc");
     assert_int_equal(apply("prof_unwind:check,prof_unwind:fast"), 0);
     assert_string_equal(opt_prof_unwind, "fast");
+    for (const char *const *mode = (const char *const[]){"always", "never", "default", "auto", NULL};
+         *mode; mode++) {
+        char opts[32];
+        snprintf(opts, sizeof opts, "thp:%s", *mode);
+        assert_int_equal(apply(opts), 0);
+        assert_string_equal(opt_thp, *mode);
+    }
     assert_int_equal(apply(""), 0);
     assert_int_equal(apply(NULL), 0);
     assert_string_equal(out, "");
@@ -100,6 +108,7 @@ static void test_conf_diagnostics(void **state)
         {"prof_unwind:fastest", "<salloc>: Invalid conf value: prof_unwind:fastest\n"},
         {"prof_unwind:", "<salloc>: Invalid conf value: prof_unwind:\n"},
         {"prof_format:pb.gzip", "<salloc>: Invalid conf value: prof_format:pb.gzip\n"},
+        {"thp:madvise", "<salloc>: Invalid conf value: thp:madvise\n"},
         {"prof-x:true", "<salloc>: Malformed conf string at \"prof-x:true\"\n"},
         {"prof", "<salloc>: Malformed conf string at \"prof\"\n"},
         {":true", "<salloc>: Malformed conf string at \":true\"\n"},

@@ -57,6 +57,9 @@ static void test_ctl_reads(void **state)
     assert_false(read_b("config.fill"));
     assert_true(read_b("opt.tcache"));
     assert_true(read_b("opt.retain"));
+    assert_int_equal(mallctl("opt.thp", &v, &len, NULL, 0), 0);
+    assert_string_equal(v, "auto");
+    assert_int_equal(mallctl("opt.thp", NULL, NULL, &v, sizeof(v)), EPERM);
     assert_int_equal(read_z("arenas.page"), 8192);
     assert_int_equal(read_z("arenas.quantum"), 16);
     unsigned u = 0;

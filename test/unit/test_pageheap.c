@@ -9,6 +9,8 @@
 
 #include "unit.h"
 
+#include "conf.h"
+
 static int check_after(void **state)
 {
     (void)state;
@@ -148,6 +150,90 @@ static void test_pageheap_decay(void **state)
     pageheap_set_decay_ms(saved);
 }
 
+/* Whether the kernel's VmFlags for the mapping holding `a` include `flag`
+ * (two letters: "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
+static bool vm_flag(uintptr_t a, const char *flag)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool inside = false, found = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = lo <= a && a < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            for (char *t = strtok(line + 8, " \n"); t; t = strtok(NULL, " \n"))
+                found |= !strcmp(t, flag);
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* A span of a chunk mapped for it: 64 MiB spans are taken until the heap
+ * maps more (earlier tests leave free chunks behind); the others are
+ * given back. */
+static struct span *span_of_new_chunk(void)
+{
+    enum { PAGES = (64 << 20) / SA_PAGE_SIZE, TRIES = 64 };
+    struct span *taken[TRIES], *fresh = NULL;
+    unsigned n = 0;
+    while (!fresh && n < TRIES) {
+        size_t mapped = pageheap_mapped_bytes();
+        struct span *s = pageheap_alloc(PAGES, 1, 0, NULL);
+        assert_non_null(s);
+        if (pageheap_mapped_bytes() > mapped)
+            fresh = s;
+        else
+            taken[n++] = s;
+    }
+    assert_non_null(fresh);
+    while (n)
+        pageheap_free(taken[--n]);
+    return fresh;
+}
+
+/* opt.thp: under "auto" (the default) the first chunk keeps small pages and
+ * later ones ask for huge pages, until a purge in one turns it back (so
+ * khugepaged does not fill in what was purged); "always" asks for every
+ * chunk, "never" refuses them, "default" leaves the system's setting. */
+static void test_pageheap_transparent_huge_pages(void **state)
+{
+    (void)state;
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        skip(); /* a kernel without transparent huge pages has no such flags */
+    assert_string_equal(opt_thp, "auto");
+    void *early = malloc(16); /* from the first chunk, never purged yet */
+    assert_false(vm_flag((uintptr_t)early, "hg"));
+    free(early);
+    long saved = pageheap_decay_ms();
+    pageheap_set_decay_ms(-1); /* purged only when asked */
+
+    struct span *s = span_of_new_chunk();
+    assert_true(pageheap_hugepages_advised());
+    assert_true(vm_flag(s->start, "hg"));
+    pageheap_free(s);
+    pageheap_purge();
+    assert_false(vm_flag(s->start, "hg"));
+    assert_true(vm_flag(s->start, "nh"));
+
+    const struct {
+        const char *mode;
+        bool hg, nh;
+    } modes[] = {{"always", true, false}, {"never", false, true}, {"default", false, false}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        strcpy(opt_thp, modes[i].mode);
+        s = span_of_new_chunk();
+        assert_int_equal(vm_flag(s->start, "hg"), modes[i].hg);
+        assert_int_equal(vm_flag(s->start, "nh"), modes[i].nh);
+        pageheap_free(s);
+    }
+    strcpy(opt_thp, "auto");
+    pageheap_set_decay_ms(saved);
+}
+
 static void *failing_mmap(void *a, size_t l, int p, int f, int fd, off_t o)
 {
     (void)a, (void)l, (void)p, (void)f, (void)fd, (void)o;
@@ -183,6 +269,8 @@ static void test_pageheap_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        /* First: before any purge turns the first chunk's advice. */
+        cmocka_unit_test_teardown(test_pageheap_transparent_huge_pages, check_after),
         cmocka_unit_test_teardown(test_pageheap_alignment_up_to_1gib, check_after),
         cmocka_unit_test_teardown(test_pageheap_split_leaves_remainder_free, check_after),
         cmocka_unit_test_teardown(test_pageheap_coalesces_neighbours, check_after),
