@@ -190,7 +190,6 @@ static bool xfer_keep(struct central *c, unsigned cls, void *head, void *tail, u
     if (n > sizeclass_batch(cls) || c->nxfer >= central_xfer_slots(cls))
         return false;
     xfers[cls][c->nxfer++] = (struct xfer_chain){head, tail, n};
-    c->allocated -= n;
     return true;
 }
 
@@ -285,7 +284,6 @@ static void return_to_spans(struct central *c, unsigned cls, void *head, unsigne
         if (s->allocated == 0)
             span_emptied(c, s);
     }
-    c->allocated -= n;
 }
 
 void central_free_batch(unsigned cls, void *head, void *tail, unsigned n)
@@ -294,6 +292,7 @@ void central_free_batch(unsigned cls, void *head, void *tail, unsigned n)
     sa_lock(&c->lock);
     if (!xfer_keep(c, cls, head, tail, n))
         return_to_spans(c, cls, head, n);
+    c->allocated -= n; /* kept in a chain or back in the spans: not out */
     sa_unlock(&c->lock);
     debug_check(cls);
 }
@@ -303,7 +302,6 @@ static void xfer_drain(struct central *c, unsigned cls)
 {
     while (c->nxfer) {
         struct xfer_chain *x = &xfers[cls][--c->nxfer];
-        c->allocated += x->count; /* return_to_spans takes them off again */
         return_to_spans(c, cls, x->head, x->count);
     }
 }
@@ -366,7 +364,7 @@ enum central_object central_object_state(unsigned cls, const void *obj, const vo
 static unsigned xfer_objects_in(const struct central *c, unsigned cls, const struct span *s)
 {
     unsigned n = 0;
-    uintptr_t end = s->start + (s->npages << SA_PAGE_SHIFT);
+    uintptr_t end = span_end(s);
     for (unsigned i = 0; i < c->nxfer; i++) {
         const void *o = xfers[cls][i].head;
         for (unsigned k = 0; k < xfers[cls][i].count; k++, o = *(void *const *)o)
