@@ -151,6 +151,7 @@ struct unwind_stats {
     uint64_t stale;     /* cached rules found stale: their code was unloaded */
     uint64_t objects;   /* objects described the long way, not met before */
     uint64_t replays;   /* walks replayed from a thread's memo */
+    uint64_t cache_entries; /* entries the rule cache indexes now (grows once) */
 };
 void unwind_get_stats(struct unwind_stats *st);
 
@@ -159,6 +160,10 @@ void unwind_get_stats(struct unwind_stats *st);
  * the stack; *cfa_rbp, *cfa_off, *rbp_slot (0: rbp unchanged) describe it. */
 bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
                           uint32_t *rbp_slot);
+
+/* For tests: the rule for code address `pc` through the rule cache, as a
+ * walk finds it (computed and kept on a miss). */
+uint32_t unwind_rule_cached_for_test(uintptr_t pc);
 
 /* For tests: 1 if the object holding `pc` is one a memo's check trusts to
  * stay loaded (unwind.c's permanent_object), 0 if it is looked up again

@@ -16,7 +16,8 @@
  *     object met before is not described again, unless it is another;
  *   - every capture again from a frame taken with UNWIND_FROM_HERE, as the
  *     allocator's slow paths take it: the same stack, less that frame;
- *   - the rules themselves at known addresses: a function's entry, _start.
+ *   - the rules themselves at known addresses: a function's entry, _start;
+ *   - the rule cache starts at a few pages and grows once it evicts.
  *
  * Both captures are taken in one function (capture_both), so their first
  * entries are two different return addresses in it; every other entry must
@@ -497,9 +498,52 @@ static void test_unwind_rules_at_known_addresses(void **state)
     assert_true(outermost);
 }
 
+/* ---- the rule cache's size ---- */
+
+/* Misses while looking up `n` code addresses from `base`, 16 bytes apart
+ * (each its own rule), through the rule cache. */
+static uint64_t look_up(uintptr_t base, int n)
+{
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    for (int i = 0; i < n; i++)
+        unwind_rule_cached_for_test(base + 16 * (uintptr_t)i);
+    unwind_get_stats(&after);
+    return after.misses - before.misses;
+}
+
+/* The rule cache starts as a few pages, so a small program's few dozen
+ * rules do not spread over all of it, and takes the whole table once it
+ * evicts: a program meeting much code is not left thrashing. */
+static void test_unwind_rule_cache_grows_when_it_evicts(void **state)
+{
+    (void)state;
+    extern char etext; /* the linker's: the end of this program's code */
+    uintptr_t base = (uintptr_t)unwind_capture; /* salloc's code, linked in */
+    if (base + 16 * 4000 > (uintptr_t)&etext)
+        base = (uintptr_t)&etext - 16 * 4000;
+    struct unwind_stats st;
+    unwind_get_stats(&st);
+    assert_int_equal(st.cache_entries, 512);
+    /* A small working set: it fits, stays small, and hits. */
+    look_up(base, 24);
+    for (int pass = 0; pass < 8; pass++)
+        assert_true(look_up(base, 24) <= 2); /* two of the 24 may share an entry */
+    unwind_get_stats(&st);
+    assert_int_equal(st.cache_entries, 512);
+    /* Much more code than 512 entries hold: evictions, then the whole table. */
+    look_up(base, 4000);
+    unwind_get_stats(&st);
+    assert_int_equal(st.cache_entries, 4096);
+    /* It holds what the small table could not: a second pass mostly hits. */
+    look_up(base + 8, 1500);
+    assert_true(look_up(base + 8, 1500) < 1500 / 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unwind_rule_cache_grows_when_it_evicts), /* first: the cache is new */
         cmocka_unit_test(test_unwind_matches_backtrace_for_every_frame_shape),
         cmocka_unit_test(test_unwind_matches_backtrace_through_libc_callbacks),
         cmocka_unit_test(test_unwind_truncates_deep_stacks_like_backtrace),
