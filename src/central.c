@@ -226,6 +226,22 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                 pagemap_set_owner_range(span_page(s), s->npages, tag);
             }
         }
+        /* A span whose returned objects all fit in the batch gives its
+         * whole list at once, without reading their links: each was written
+         * by the thread that freed the object, often on another core, and
+         * reading them one after the other was a cache miss each (larson:
+         * half the time of this function). */
+        unsigned listed = s->carved - s->allocated;
+        if (s->freelist && listed <= want - got) {
+            if (got == 0)
+                first = s->freelist;
+            else
+                *(void **)last = s->freelist;
+            last = s->free_tail;
+            got += listed;
+            s->allocated += listed;
+            s->freelist = NULL;
+        }
         /* Chained in the order taken, so a fresh span's objects go out
          * in ascending address order, as consecutive allocations then lie
          * (the program's own walks over them, and the prefetchers, like
@@ -276,6 +292,8 @@ static void return_to_spans(struct central *c, unsigned cls, void *head, unsigne
         head = *(void **)obj;
         struct span *s = pagemap_span(obj);
         SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == cls);
+        if (!s->freelist)
+            s->free_tail = obj;
         *(void **)obj = s->freelist;
         s->freelist = obj;
         s->allocated--;
@@ -409,6 +427,9 @@ static size_t check_span(const struct span *s, unsigned cls)
         if ((uintptr_t)o < s->start || off % sizeclass_size(cls) ||
             off / sizeclass_size(cls) >= s->carved || ++nfree > nobjs)
             sa_fatal("central: bad free object %p in span %p", o, (void *)s->start);
+        if (!*(void **)o && o != s->free_tail)
+            sa_fatal("central: span %p's free list ends at %p, not at its tail %p",
+                     (void *)s->start, o, s->free_tail);
     }
     if (s->allocated + nfree != s->carved)
         sa_fatal("central: span %p counts %u out + %u free != %u carved",

@@ -326,6 +326,74 @@ static void test_central_owned_classes_keep_no_chain(void **state)
     central_check(cls);
 }
 
+/* The next batch of `cls` comes from a span no other object of the class
+ * shares yet: every partial span is used up first.  Returns that new
+ * span's first object. */
+static void *use_up_partial_spans(unsigned cls, struct central_owner owner)
+{
+    void *head, *tail;
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    do {
+        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
+        central_get_stats(cls, &after);
+    } while (after.spans == before.spans);
+    return head;
+}
+
+/* One batch of exactly `want` objects, in the order they are chained. */
+static void take_batch(unsigned cls, unsigned want, void **out)
+{
+    void *head, *tail;
+    unsigned k = central_alloc_batch(cls, want, (struct central_owner){NULL, 0, 0}, &head, &tail);
+    assert_int_equal(k, want);
+    for (unsigned i = 0; i < k; i++) {
+        out[i] = head;
+        head = i + 1 < k ? *(void **)head : head;
+    }
+    assert_ptr_equal(out[k - 1], tail);
+}
+
+/* A span whose returned objects all fit in what a batch still wants gives
+ * its whole free list at once (its tail kept as objects come back), most
+ * recently returned first, and the batch goes on from its tail to the next
+ * span; one whose list is longer gives only what is wanted.  Counts stay
+ * right throughout (central_check). */
+static void test_central_whole_free_list_goes_in_one_batch(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
+    void **objs = malloc(2 * n * sizeof(void *)), *batch[5];
+    struct central_owner anyone = {NULL, 0, 0};
+    objs[0] = use_up_partial_spans(cls, anyone);
+    take_as(anyone, cls, 2 * n - 1, objs + 1); /* two full spans: A, then B */
+    void **a = objs, **b = objs + n;
+    assert_ptr_not_equal(pagemap_span(a[0]), pagemap_span(b[0]));
+    /* A's list 3, 2, 1; B's n+3, n+2, n+1; B is tried first (the more
+     * recently returned to).  B's whole list, then two of A's three. */
+    give(cls, 3, (void *[]){a[1], a[2], a[3]});
+    give(cls, 3, (void *[]){b[1], b[2], b[3]});
+    take_batch(cls, 5, batch);
+    void *want1[5] = {b[3], b[2], b[1], a[3], a[2]};
+    for (unsigned i = 0; i < 5; i++)
+        assert_ptr_equal(batch[i], want1[i]);
+    central_check(cls);
+    /* A's list is 1 now (its tail).  Two more on top, B's two: B's whole
+     * list, then A's whole list after it. */
+    give(cls, 1, &a[4]);                  /* A: 4, 1 */
+    give(cls, 2, (void *[]){b[5], b[6]}); /* B: 6, 5 */
+    void *more[4];
+    take_batch(cls, 4, more);
+    void *want2[4] = {b[6], b[5], a[4], a[1]};
+    for (unsigned i = 0; i < 4; i++)
+        assert_ptr_equal(more[i], want2[i]);
+    central_check(cls);
+    give(cls, 5, batch);
+    give(cls, 4, more);
+    central_check(cls);
+    free(objs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_central_keeps_a_batch_given_back_whole),
         cmocka_unit_test(test_central_transfer_chains_are_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_chain),
+        cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
