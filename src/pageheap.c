@@ -440,16 +440,12 @@ void pageheap_free(struct span *s)
     debug_check();
 }
 
-static bool is_large_start(const struct span *s, const void *p)
-{
-    return s && span_state(s) == SPAN_LARGE && s->start == (uintptr_t)p;
-}
 
 size_t pageheap_free_large(void *p)
 {
     sa_lock(&ph_lock);
     struct span *s = pagemap_span(p);
-    size_t bytes = is_large_start(s, p) ? s->npages << SA_PAGE_SHIFT : 0;
+    size_t bytes = pageheap_is_large_start(s, p) ? s->npages << SA_PAGE_SHIFT : 0;
     if (bytes)
         free_locked(s);
     sa_unlock(&ph_lock);
@@ -458,13 +454,6 @@ size_t pageheap_free_large(void *p)
     return bytes;
 }
 
-struct span *pageheap_large_span(const void *p)
-{
-    /* No lock: a live large span belongs to the caller, so nothing else
-     * changes it; for a pointer that is not one, the answer is NULL. */
-    struct span *s = pagemap_span(p);
-    return is_large_start(s, p) ? s : NULL;
-}
 
 void pageheap_shrink(struct span *s, size_t npages)
 {

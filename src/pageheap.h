@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pagemap.h"
 #include "span.h"
 
 /* Largest span the heap will try to make: beyond this no request can be met
@@ -42,8 +43,22 @@ void pageheap_free(struct span *s);
  * large span. */
 size_t pageheap_free_large(void *p);
 
-/* The live large span starting at `p`, or NULL if there is none. */
-struct span *pageheap_large_span(const void *p);
+/* Whether `s` (a pagemap lookup's answer for `p`, possibly stale or NULL)
+ * is the live large span that starts at `p`. */
+static inline bool pageheap_is_large_start(const struct span *s, const void *p)
+{
+    return s && span_state(s) == SPAN_LARGE && s->start == (uintptr_t)p;
+}
+
+/* The live large span starting at `p`, or NULL if there is none.  No
+ * lock: a live large span belongs to the caller, so nothing else changes
+ * it; for a pointer that is not one, the answer is NULL.  Inline, for
+ * realloc's check that a large block keeps its place. */
+static inline struct span *pageheap_large_span(const void *p)
+{
+    struct span *s = pagemap_span(p);
+    return pageheap_is_large_start(s, p) ? s : NULL;
+}
 
 /* Shrinks a large span in place to `npages` (< its length), freeing the tail. */
 void pageheap_shrink(struct span *s, size_t npages);

@@ -151,6 +151,64 @@ static void test_api_realloc_grows_by_a_quarter_when_moving(void **state)
     free(q);
 }
 
+/* The same move when the thread has a block of the new class cached
+ * (realloc's own path, without realloc_slow): it takes that block, keeps
+ * the bytes, asks for a quarter more, and frees the old block, which the
+ * next allocation of its class gets back. */
+static void test_api_realloc_moves_into_a_cached_block(void **state)
+{
+    (void)state;
+    prof_thread_active_set(false); /* a sampled block would live elsewhere */
+    unsigned char *p = malloc(1024);
+    fill(p, 1024, 6);
+    void *cached = malloc(1024 + 1024 / 4);
+    free(cached); /* on top of its class's list now */
+    unsigned char *q = realloc(p, 1025);
+    assert_ptr_equal(q, cached);
+    assert_true(malloc_usable_size(q) >= 1024 + 1024 / 4);
+    check(q, 1024, 6);
+    void *again = malloc(1024);
+    assert_ptr_equal(again, p); /* the old block went back to its list */
+    /* More than a quarter more: the class of the size asked for. */
+    cached = malloc(3000);
+    free(cached);
+    fill(q, 1025, 8);
+    unsigned char *r = realloc(q, 3000);
+    assert_ptr_equal(r, cached);
+    check(r, 1025, 8);
+    free(again);
+    free(r);
+    prof_thread_active_set(true);
+}
+
+/* A block grown past 28 KiB by a quarter lands in a span of its own of 5
+ * pages; for every size it keeps as a small block would (more than half
+ * its 40 KiB) it stays where it is, through realloc's own check as through
+ * realloc_slow's; at half or less it moves to a class. */
+static void test_api_realloc_keeps_a_span_as_a_small_block(void **state)
+{
+    (void)state;
+    prof_thread_active_set(false);
+    size_t cls_size = sizeclass_size(sizeclass_of(28 << 10));
+    unsigned char *p = malloc(cls_size);
+    fill(p, cls_size, 2);
+    unsigned char *q = realloc(p, cls_size + 1);
+    size_t old = malloc_usable_size(q);
+    assert_int_equal(pagemap_class_of(q), 0);
+    assert_int_equal(old, sa_pages_for(cls_size + cls_size / 4) << SA_PAGE_SHIFT);
+    assert_true(sa_pages_for(cls_size + 1) < old >> SA_PAGE_SHIFT); /* fewer pages would do */
+    for (size_t n = cls_size + 2; n <= old; n += 997)
+        assert_ptr_equal(realloc(q, n), q);
+    assert_ptr_equal(realloc(q, old / 2 + 1), q);
+    check(q, old / 2 + 1, 2);
+    unsigned char *r = realloc(q, old / 2);
+    assert_ptr_not_equal(r, q);
+    assert_int_equal(malloc_usable_size(r), sizeclass_size(sizeclass_of(old / 2)));
+    check(r, old / 2, 2);
+    free(r);
+    prof_thread_active_set(true);
+}
+
 /* A block realloc grows to 32 KiB or more gets a span of its own
  * (page-granular usable size, no size class), so that later growth can
  * take the pages after it: a buffer doubled from 32 KiB to 1 MiB moves
@@ -402,6 +460,8 @@ int main(void)
         cmocka_unit_test(test_api_calloc_zeroes_reused_memory),
         cmocka_unit_test(test_api_realloc_preserves_contents),
         cmocka_unit_test(test_api_realloc_grows_by_a_quarter_when_moving),
+        cmocka_unit_test(test_api_realloc_moves_into_a_cached_block),
+        cmocka_unit_test(test_api_realloc_keeps_a_span_as_a_small_block),
         cmocka_unit_test(test_api_realloc_grown_blocks_get_their_own_span),
         cmocka_unit_test(test_api_realloc_large_grows_in_place),
         cmocka_unit_test(test_api_reallocarray),
