@@ -202,6 +202,21 @@ static void debug_check(unsigned cls)
         central_check(cls);
 }
 
+/* Debug builds: a span's free list as long as its counts say, checked
+ * before the list is handed out whole on their word (a miscount would
+ * otherwise surface later, as a thread cache's list longer than its
+ * count). */
+static void check_listed(const struct span *s, unsigned listed)
+{
+    unsigned n = 0;
+    for (const void *o = s->freelist; o && n <= listed; o = *(void *const *)o)
+        n++;
+    if (n != listed)
+        sa_fatal("central: span %p's free list holds %s%u objects, its counts say %u",
+                 (void *)s->start, n > listed ? "more than " : "", n > listed ? listed : n,
+                 listed);
+}
+
 unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
                              void **head, void **tail)
 {
@@ -233,6 +248,8 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
          * half the time of this function). */
         unsigned listed = s->carved - s->allocated;
         if (s->freelist && listed <= want - got) {
+            if (SA_DEBUG)
+                check_listed(s, listed);
             if (got == 0)
                 first = s->freelist;
             else

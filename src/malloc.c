@@ -177,7 +177,10 @@ SA_SLOW_PATH static void *alloc_slow(size_t size, size_t align, bool *zeroed)
     }
     struct tcache *tc = init_thread_cache();
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
-    struct unwind_from from = {0};
+    /* Read only if sampled (rate): not zeroed first, which in this cold
+     * (size-optimised) function was a `rep stos`, 30-odd cycles on every
+     * refill and sample. */
+    struct unwind_from from;
     if (unlikely(rate))
         from = UNWIND_FROM_HERE();
     return alloc_decided(tc, &r, align, rate, zeroed, &from);
