@@ -195,10 +195,11 @@ static struct span *span_of_new_chunk(void)
     return fresh;
 }
 
-/* opt.thp: under "auto" (the default) the first chunk keeps small pages and
- * later ones ask for huge pages, until a purge in one turns it back (so
- * khugepaged does not fill in what was purged); "always" asks for every
- * chunk, "never" refuses them, "default" leaves the system's setting. */
+/* opt.thp: under "auto" (the default) the heap's first 64 MiB keep small
+ * pages and chunks mapped beyond them ask for huge pages, until a purge in
+ * one turns it back (so khugepaged does not fill in what was purged);
+ * "always" asks for every chunk, "never" refuses them, "default" leaves
+ * the system's setting. */
 static void test_pageheap_transparent_huge_pages(void **state)
 {
     (void)state;
@@ -211,9 +212,14 @@ static void test_pageheap_transparent_huge_pages(void **state)
     long saved = pageheap_decay_ms();
     pageheap_set_decay_ms(-1); /* purged only when asked */
 
-    struct span *s = span_of_new_chunk();
+    assert_true(pageheap_mapped_bytes() < (size_t)64 << 20); /* the first chunk */
+    struct span *second = span_of_new_chunk(); /* mapped with less than 64 MiB before it */
+    assert_false(vm_flag(second->start, "hg"));
+    assert_false(pageheap_hugepages_advised());
+    struct span *s = span_of_new_chunk(); /* beyond 64 MiB */
     assert_true(pageheap_hugepages_advised());
     assert_true(vm_flag(s->start, "hg"));
+    pageheap_free(second);
     pageheap_free(s);
     pageheap_purge();
     assert_false(vm_flag(s->start, "hg"));
