@@ -378,6 +378,16 @@ static void growth_request(size_t size, struct request *r)
     }
 }
 
+/* The size a block of `old` bytes that must move to grow to `n` asks for:
+ * a quarter more at least, so a buffer grown by small appends moves (and
+ * copies) about half as often as the classes (an eighth apart) would have
+ * it.  Not for a block past the small sizes: it grows in place when it
+ * can, and must not fail for the extra. */
+static size_t moving_size(size_t old, size_t n)
+{
+    return n - old < old / 4 && old + old / 4 <= SA_MAX_SMALL ? old + old / 4 : n;
+}
+
 /* realloc for the sampler.  Each byte allocated is due with probability 1/R
  * (sampler.h), and a block kept where it is allocates only what it gains:
  *   - a block that keeps its usable size (a small one kept in its class,
@@ -430,13 +440,8 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         }
         return p;
     }
-    /* Moving to grow: by a quarter at least, so a buffer grown by small
-     * appends moves (and copies) about half as often as the classes
-     * (an eighth apart) would have it.  Not for a block past the small
-     * sizes: it grows in place when it can, and must not fail for the
-     * extra. */
-    if (n > old && n - old < old / 4 && old + old / 4 <= SA_MAX_SMALL)
-        growth_request(old + old / 4, &r);
+    if (n > old && moving_size(old, n) > n)
+        growth_request(moving_size(old, n), &r);
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
     void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
@@ -478,8 +483,8 @@ SA_EXPORT void *calloc(size_t nmemb, size_t size)
 /* realloc_slow's move of a small block grown to another class, for the
  * common case: the new class's list has an object and the sampler is not
  * due (tcache_alloc_fast, which charges it as malloc would).  The same
- * size as realloc_slow asks for (a quarter more at least; below
- * REALLOC_SPAN_MIN, else a span of its own, left to it); NULL if this is
+ * size as realloc_slow asks for (moving_size; below REALLOC_SPAN_MIN,
+ * else a span of its own, left to it); NULL if this is
  * not that case.  realloc_slow's set-up (its lookups, the sampler's
  * accounting call, the stack's starting frame) cost 13 ns a move, more
  * than the move itself; a buffer grown by appends moves every few dozen
@@ -488,7 +493,7 @@ static inline void *move_small_cached(void *p, size_t old, size_t n)
 {
     if (n <= old)
         return NULL;
-    size_t want = n - old < old / 4 ? old + old / 4 : n;
+    size_t want = moving_size(old, n);
     if (want >= REALLOC_SPAN_MIN)
         return NULL;
     void *q = tcache_alloc_fast(sizeclass_of(want));

@@ -116,6 +116,21 @@ static void test_central_reuses_returned_objects(void **state)
     free(again);
 }
 
+/* The next batch of `cls` comes from a span no other object of the class
+ * shares yet: every partial span is used up first.  Returns that new
+ * span's first object. */
+static void *use_up_partial_spans(unsigned cls, struct central_owner owner)
+{
+    void *head, *tail;
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    do {
+        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
+        central_get_stats(cls, &after);
+    } while (after.spans == before.spans);
+    return head;
+}
+
 /* A fresh span's objects come out in ascending address order, one after
  * the other, as a program's consecutive allocations are best laid out. */
 static void test_central_fresh_span_goes_out_ascending(void **state)
@@ -124,16 +139,7 @@ static void test_central_fresh_span_goes_out_ascending(void **state)
     unsigned cls = sizeclass_of(48), n = sizeclass_objects(cls) / 2;
     void **objs = malloc(n * sizeof(void *));
     struct central_owner owner = {NULL, 0, 0};
-    /* The class's partial spans first, so the batch below is from a new one. */
-    void *head, *tail;
-    struct central_stats before, after;
-    central_get_stats(cls, &before);
-    do {
-        central_get_stats(cls, &after);
-        if (after.spans > before.spans)
-            break;
-        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
-    } while (1);
+    void *head = use_up_partial_spans(cls, owner);
     /* head is the first object of the new span; the next n follow it. */
     take_as(owner, cls, n, objs);
     uintptr_t size = sizeclass_size(cls);
@@ -324,21 +330,6 @@ static void test_central_owned_classes_keep_no_chain(void **state)
     for (unsigned i = 0; i < N; i++)
         assert_true(back_in_its_span(cls, objs[i]));
     central_check(cls);
-}
-
-/* The next batch of `cls` comes from a span no other object of the class
- * shares yet: every partial span is used up first.  Returns that new
- * span's first object. */
-static void *use_up_partial_spans(unsigned cls, struct central_owner owner)
-{
-    void *head, *tail;
-    struct central_stats before, after;
-    central_get_stats(cls, &before);
-    do {
-        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
-        central_get_stats(cls, &after);
-    } while (after.spans == before.spans);
-    return head;
 }
 
 /* One batch of exactly `want` objects, in the order they are chained. */
