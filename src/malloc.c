@@ -458,6 +458,23 @@ SA_EXPORT void *malloc(size_t size)
     return fast_malloc(size);
 }
 
+/* This file's malloc, by an address no other object's can take over. */
+#if defined(__clang__)
+#define SA_COPY_MALLOC_ATTRIBUTES
+#else
+#define SA_COPY_MALLOC_ATTRIBUTES copy(malloc), /* else GCC warns that the alias lacks them */
+#endif
+extern __typeof(malloc) sa_own_malloc
+    __attribute__((alias("malloc"), SA_COPY_MALLOC_ATTRIBUTES visibility("hidden")));
+
+bool sa_link_map_may_unload(const void *link_map)
+{
+    /* What `malloc` resolved to in this object: the process's malloc (a
+     * load from the GOT, since malloc may be interposed). */
+    void *(*volatile process_malloc)(size_t) = malloc;
+    return process_malloc != sa_own_malloc || pagemap_span(link_map) != NULL;
+}
+
 SA_EXPORT void free(void *p)
 {
     fast_free(p);

@@ -313,12 +313,16 @@ static int known_index(const struct dl_find_object *f)
 
 /* Whether `f` is an object glibc never unloads: dlclose() unloads only
  * what dlopen() loaded (and not even that if marked nodelete), never what
- * the program's own loading brought in.  Those found here for sure: the
- * program, the loader, the libc that salloc's own references resolved to,
- * and salloc itself (linked -z nodelete, so even when dlopen()ed).  Once
- * per object met (known_add), so four lookups each are nothing. */
+ * the program's own loading brought in.  Those found here for sure: every
+ * object loaded with the program, as its link map tells when salloc is the
+ * process's malloc (sa_link_map_may_unload); else the program, the loader,
+ * the libc that salloc's own references resolved to, and salloc itself
+ * (linked -z nodelete, so even when dlopen()ed).  Once per object met
+ * (known_add), so four lookups each are nothing. */
 static bool permanent_object(const struct dl_find_object *f)
 {
+    if (!sa_link_map_may_unload(f->dlfo_link_map))
+        return true;
     const void *const in[] = {(const void *)getauxval(AT_ENTRY), (const void *)_dl_find_object,
                               (const void *)gnu_get_libc_version,
                               (const void *)unwind_capture_from};

@@ -135,6 +135,15 @@ struct unwind_memo {
  * (the profiler: their interned stack) and not the frames again. */
 bool unwind_memo_replays(const struct unwind_from *from, unsigned max);
 
+/* Supplied by the allocator (malloc.c): false if the object whose glibc
+ * link map is at `link_map` is surely never unloaded because it was
+ * loaded with the program.  The loader allocates those link maps itself,
+ * before it switches to the process's malloc, and that of every object
+ * dlopen() loads with the process's malloc.  So when that malloc is
+ * salloc's, a link map outside salloc's memory is one loaded with the
+ * program; when it is not (salloc dlopen()ed), any object may unload. */
+bool sa_link_map_may_unload(const void *link_map);
+
 /* Whether objects are looked up with glibc's _dl_find_object (true when
  * this glibc has it); tests may switch to dl_iterate_phdr. */
 #ifdef SA_TESTING

@@ -23,7 +23,9 @@
  * entries are two different return addresses in it; every other entry must
  * be equal.
  */
+#define _GNU_SOURCE /* dlinfo */
 #include <dlfcn.h>
+#include <link.h>
 #include <execinfo.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -403,8 +405,8 @@ static void test_unwind_forgets_rules_of_unloaded_code(void **state)
 }
 
 /* A memo's check looks up again only objects that may be unloaded: the
- * program (this test, salloc linked in) and libc cannot be, a library
- * from dlopen() can. */
+ * program (this test, salloc linked in), libc and every other library
+ * loaded with the program (cmocka) cannot be, a library from dlopen() can. */
 static void test_unwind_trusts_only_objects_never_unloaded(void **state)
 {
     (void)state;
@@ -412,9 +414,37 @@ static void test_unwind_trusts_only_objects_never_unloaded(void **state)
     uintptr_t at;
     assert_int_equal(unwind_object_permanent_for_test((const void *)capture_both), 1);
     assert_int_equal(unwind_object_permanent_for_test((const void *)qsort), 1);
+    assert_int_equal(unwind_object_permanent_for_test((const void *)_cmocka_run_group_tests), 1);
     void *h = through_library("libunwind_a.so", &b, &at);
     assert_int_equal(unwind_object_permanent_for_test((const void *)at), 0);
     dlclose(h);
+}
+
+/* What tells a library loaded with the program from one dlopen() loaded:
+ * the loader allocates only the second's link map with salloc's malloc. */
+static void test_unwind_link_maps_tell_how_objects_were_loaded(void **state)
+{
+    (void)state;
+    static const char *const with_program[] = {"linux-vdso", "libcmocka", "libc.so", "ld-linux"};
+    struct link_map *lm = NULL;
+    void *own = dlopen(NULL, RTLD_NOW); /* the program, first in the list */
+    assert_int_equal(dlinfo(own, RTLD_DI_LINKMAP, &lm), 0);
+    assert_false(sa_link_map_may_unload(lm));
+    unsigned found = 0;
+    for (; lm; lm = lm->l_next) /* not libgcc_s, which backtrace() dlopen()ed */
+        for (size_t i = 0; i < sizeof(with_program) / sizeof(with_program[0]); i++)
+            if (strstr(lm->l_name, with_program[i])) {
+                assert_false(sa_link_map_may_unload(lm));
+                found++;
+            }
+    assert_int_equal(found, 4);
+    struct both b;
+    uintptr_t at;
+    void *h = through_library("libunwind_a.so", &b, &at);
+    assert_int_equal(dlinfo(h, RTLD_DI_LINKMAP, &lm), 0);
+    assert_true(sa_link_map_may_unload(lm));
+    dlclose(h);
+    dlclose(own);
 }
 
 /* ---- the memo ---- */
@@ -552,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
         cmocka_unit_test(test_unwind_trusts_only_objects_never_unloaded),
+        cmocka_unit_test(test_unwind_link_maps_tell_how_objects_were_loaded),
         cmocka_unit_test(test_unwind_memo_replays_only_the_same_stack),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
     };
