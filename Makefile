@@ -34,8 +34,15 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 # -fno-builtin-*: the compiler must not turn our own code into calls to
 # malloc/calloc (e.g. malloc + memset -> calloc), which would recurse.
 NO_BUILTIN_MALLOC := -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
+# -fno-tree-slp-vectorize: GCC's -O2 copies neighbouring fields of a struct
+# just filled in (a sample's description, prof.c) with 16-byte loads, each
+# of which waits for the two 8-byte stores it spans to reach the cache
+# instead of taking their data from the store buffer: 7 ns of a sample
+# (pair/65536 with sampling on, 14.70 -> 13.85 ns, medians of 20
+# interleaved runs).  Loops are still vectorised; malloc's and free's fast
+# paths compile to the same instructions either way.
 LIBFLAGS := -std=gnu11 -O2 -g $(WARN) -fPIC -pthread -fvisibility=hidden \
-            -ftls-model=initial-exec -fno-plt $(NO_BUILTIN_MALLOC)
+            -ftls-model=initial-exec -fno-plt -fno-tree-slp-vectorize $(NO_BUILTIN_MALLOC)
 TESTFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -Iinclude -Isrc
 
 SRCS := $(wildcard src/*.c)
