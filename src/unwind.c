@@ -872,6 +872,10 @@ struct walk_state {
     uint64_t unloads;
     unsigned nobjects;
     bool unkept; /* met code a memo cannot vouch for (unwind_memo) */
+    /* rbp's value came from the memo's read rbp_read (if it came from a
+     * read at all), and a CFA was computed from it since (rbp_used). */
+    bool rbp_used;
+    unsigned rbp_read;
     struct walk_object objects[WALK_OBJECTS];
 };
 
@@ -889,6 +893,8 @@ static void walk_start(struct walk_state *w)
 {
     w->nobjects = 0;
     w->unkept = false;
+    w->rbp_used = true;
+    w->rbp_read = 0;
     w->unloads = UINT64_MAX;
     if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &w->unloads) != 1)
         w->unloads = UINT64_MAX;
@@ -946,6 +952,20 @@ static uintptr_t read_word(struct unwind_memo *rec, struct walk_state *w, uintpt
     return value;
 }
 
+/* A saved rbp that no frame's CFA came from: nothing the walk did
+ * depended on its value, so a replay need not check it.  Code without
+ * frame pointers saves and restores rbp as it does any other register,
+ * and most of those values are never used: a replay of a walk through
+ * such code checks about half as many words. */
+static void forget_unused_rbp(struct unwind_memo *rec, const struct walk_state *w)
+{
+    unsigned i = w->rbp_read;
+    if (w->rbp_used || i >= rec->nreads)
+        return;
+    memmove(&rec->reads[i], &rec->reads[i + 1], (rec->nreads - i - 1) * sizeof(rec->reads[0]));
+    rec->nreads--;
+}
+
 /* The walk proper.  A frame step with rule r:
  *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
  *     unchanged;  rsp = cfa.
@@ -963,6 +983,7 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
 {
     unsigned n = 0;
     bool rbp_is_start = true; /* not yet read from a frame */
+    w->rbp_used = true; /* the starting rbp is no read (rbp_matters says if it counts) */
     *complete = false;
     while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
@@ -978,15 +999,22 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
             rbp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
             exact = true; /* the interrupted instruction, not a return address */
         } else if (RULE_KIND(r) == RULE_FRAME) {
-            if (rec && RULE_CFA_RBP(r) && rbp_is_start)
-                rec->rbp_matters = true;
+            if (RULE_CFA_RBP(r)) {
+                if (rec && rbp_is_start)
+                    rec->rbp_matters = true;
+                w->rbp_used = true;
+            }
             uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
             if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
                 return n;
             pc = read_word(rec, w, cfa - 8);
             if (RULE_RBP_SLOT(r)) {
+                if (rec)
+                    forget_unused_rbp(rec, w);
                 rbp = read_word(rec, w, cfa - 8 * RULE_RBP_SLOT(r));
                 rbp_is_start = false;
+                w->rbp_read = rec ? rec->nreads - 1 : 0;
+                w->rbp_used = false;
             }
             sp = cfa;
         } else {
@@ -1076,6 +1104,7 @@ static void keep(struct unwind_memo *m, const struct walk_state *w, uintptr_t pc
     if (!complete || w->unkept || n > UNWIND_MEMO_FRAMES || n >= max ||
         (!unwind_use_find_object && w->unloads == UINT64_MAX))
         return;
+    forget_unused_rbp(m, w); /* the last rbp read, unused at the end */
     m->nobjects = unwind_use_find_object ? w->nobjects : 0;
     for (unsigned i = 0; i < m->nobjects; i++) {
         m->objects[i].at = w->objects[i].start;

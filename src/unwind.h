@@ -91,10 +91,11 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
  * A walk is a function of its start (rbp only if a frame's CFA is computed
  * from it before a frame restores it: code without frame pointers keeps
  * anything there), the code at the return addresses it meets (their
- * rules) and the stack words it reads.  The memo keeps the
+ * rules) and the stack words it reads, saved rbp values only where a
+ * frame's CFA is computed from them.  The memo keeps the
  * objects the walk met (their entries in the table of objects met before,
  * which the rule cache's tags come from: after a dlclose() another load at
- * the same address no longer matches its entry) and every
+ * the same address no longer matches its entry) and every such
  * word read, address and value.  A replay checks the objects first, so
  * the code is the same; then the words in the walk's order: each address
  * was computed from words already found equal, so it reads only what the

@@ -501,6 +501,96 @@ static void test_unwind_memo_replays_only_the_same_stack(void **state)
     assert_ptr_not_equal(b1.from[2], b2.from[2]);
 }
 
+/* Saved rbp words that nothing uses are not checked.  call_saving_rbp
+ * saves its caller's rbp (and calls fn with the slot's address);
+ * rbp_restored_above saves and restores rbp itself, so the walk never uses
+ * the value below it; rbp_framed_above computes its CFA from rbp, so the
+ * walk does. */
+typedef void (*slot_fn)(void *arg, uintptr_t *slot);
+void call_saving_rbp(slot_fn fn, void *arg);
+void rbp_restored_above(slot_fn fn, void *arg);
+void rbp_framed_above(slot_fn fn, void *arg);
+__asm__(".text\n"
+        "call_saving_rbp:\n"
+        "    .cfi_startproc\n"
+        "    push %rbp\n"
+        "    .cfi_def_cfa_offset 16\n"
+        "    .cfi_offset %rbp, -16\n"
+        "    mov %rdi, %rax\n"
+        "    mov %rsi, %rdi\n"
+        "    mov %rsp, %rsi\n"
+        "    call *%rax\n"
+        "    pop %rbp\n"
+        "    .cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        "    .cfi_endproc\n"
+        "rbp_restored_above:\n"
+        "    .cfi_startproc\n"
+        "    push %rbp\n"
+        "    .cfi_def_cfa_offset 16\n"
+        "    .cfi_offset %rbp, -16\n"
+        "    mov $0x5a11, %ebp\n" /* rbp as an ordinary register */
+        "    call call_saving_rbp\n"
+        "    pop %rbp\n"
+        "    .cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        "    .cfi_endproc\n"
+        "rbp_framed_above:\n"
+        "    .cfi_startproc\n"
+        "    push %rbp\n"
+        "    .cfi_def_cfa_offset 16\n"
+        "    .cfi_offset %rbp, -16\n"
+        "    mov %rsp, %rbp\n"
+        "    .cfi_def_cfa_register %rbp\n"
+        "    call call_saving_rbp\n"
+        "    pop %rbp\n"
+        "    .cfi_def_cfa %rsp, 8\n"
+        "    ret\n"
+        "    .cfi_endproc\n");
+
+struct rbp_probe {
+    void *frames[2][MAXF];
+    unsigned n[2];
+    uint64_t replays; /* of the second capture */
+};
+
+/* Captures through the memo, then again with the saved rbp changed (to
+ * another word of the stack: a walk that uses it reads only stack). */
+__attribute__((noipa)) static void capture_around_saved_rbp(void *arg, uintptr_t *slot)
+{
+    struct rbp_probe *p = arg;
+    struct unwind_from here = UNWIND_FROM_HERE();
+    here.memo = &memo;
+    bool complete;
+    struct unwind_stats before, after;
+    p->n[0] = unwind_capture_from(&here, p->frames[0], MAXF, &complete);
+    uintptr_t saved = *slot;
+    *slot = saved + 8;
+    unwind_get_stats(&before);
+    p->n[1] = unwind_capture_from(&here, p->frames[1], MAXF, &complete);
+    unwind_get_stats(&after);
+    *slot = saved;
+    p->replays = after.replays - before.replays;
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
+}
+
+static void test_unwind_memo_ignores_saved_rbp_nothing_uses(void **state)
+{
+    (void)state;
+    struct rbp_probe p;
+    rbp_restored_above(capture_around_saved_rbp, &p);
+    assert_int_equal(p.replays, 1);
+    assert_true(p.n[0] > 3);
+    assert_int_equal(p.n[1], p.n[0]);
+    assert_memory_equal(p.frames[1], p.frames[0], p.n[0] * sizeof(void *));
+    /* The second frame is rbp_restored_above's, past call_saving_rbp. */
+    assert_true((uintptr_t)p.frames[0][1] > (uintptr_t)rbp_restored_above);
+    assert_true((uintptr_t)p.frames[0][1] < (uintptr_t)rbp_framed_above);
+    rbp_framed_above(capture_around_saved_rbp, &p);
+    assert_int_equal(p.replays, 0); /* the changed word is its frame pointer */
+    assert_true((uintptr_t)p.frames[0][1] > (uintptr_t)rbp_framed_above);
+}
+
 /* ---- rules ---- */
 
 extern char _start[];
@@ -584,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_unwind_trusts_only_objects_never_unloaded),
         cmocka_unit_test(test_unwind_link_maps_tell_how_objects_were_loaded),
         cmocka_unit_test(test_unwind_memo_replays_only_the_same_stack),
+        cmocka_unit_test(test_unwind_memo_ignores_saved_rbp_nothing_uses),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
     };
     return cmocka_run_group_tests_name("unwind", tests, NULL, NULL);
