@@ -458,20 +458,26 @@ SA_EXPORT void *malloc(size_t size)
     return fast_malloc(size);
 }
 
-/* This file's malloc, by an address no other object's can take over. */
+/* This file's malloc, by an address no other object's can take over
+ * (named through the macro: a fuzzing build renames malloc). */
+#define SA_NAME_OF(f) SA_NAME_OF_(f)
+#define SA_NAME_OF_(f) #f
 #if defined(__clang__)
 #define SA_COPY_MALLOC_ATTRIBUTES
 #else
 #define SA_COPY_MALLOC_ATTRIBUTES copy(malloc), /* else GCC warns that the alias lacks them */
 #endif
 extern __typeof(malloc) sa_own_malloc
-    __attribute__((alias("malloc"), SA_COPY_MALLOC_ATTRIBUTES visibility("hidden")));
+    __attribute__((alias(SA_NAME_OF(malloc)), SA_COPY_MALLOC_ATTRIBUTES visibility("hidden")));
+
+/* The symbol `malloc` as the loader resolved it for this object: the
+ * process's malloc (an asm name, which no build's renaming touches). */
+extern void *sa_process_malloc(size_t) __asm__("malloc");
 
 bool sa_link_map_may_unload(const void *link_map)
 {
-    /* What `malloc` resolved to in this object: the process's malloc (a
-     * load from the GOT, since malloc may be interposed). */
-    void *(*volatile process_malloc)(size_t) = malloc;
+    /* A load from the GOT: malloc may be interposed. */
+    void *(*volatile process_malloc)(size_t) = sa_process_malloc;
     return process_malloc != sa_own_malloc || pagemap_span(link_map) != NULL;
 }
 
