@@ -7,9 +7,18 @@
 # exact name), under each configuration (LD_PRELOAD, plus its options), so
 # every run has its own peak RSS (/usr/bin/time -f %M of that process).  The
 # machine is shared and noisy, so runs are INTERLEAVED: round r runs every
-# benchmark under every configuration, the configuration order rotating
-# each round; every number printed is a MEDIAN over the rounds.  Times are
-# wall-clock (real) time per operation, as bench_core reports them.
+# benchmark under every configuration, in an order drawn afresh for each
+# benchmark and round (seeded: the same every time); every number printed
+# is a MEDIAN over the rounds.  Times are wall-clock (real) time per
+# operation, as bench_core reports them.
+#
+# Why drawn: a run can pay for the one before it.  On the 2-core VM, a
+# process that exits holding 550 MB (mimalloc after phase/heap=256MiB)
+# makes the next run's page faults slow for seconds (the kernel zeroing
+# pages the host has to back afresh): salloc's phase ran 583-917 ns right
+# after mimalloc's and 331-379 ns after its own.  A rotating order keeps
+# every configuration behind the same one in every round, so that cost
+# fell on salloc, always after mimalloc, in every round.
 #
 # Output (stdout): a header (machine, library versions), then
 #   1. per benchmark, median ns per operation for each configuration;
@@ -93,7 +102,7 @@ export MIMALLOC_LIB=${MIMALLOC_LIB:-$multiarch/libmimalloc.so.2}
 [[ -x $CXX_WORKLOAD_BIN ]] || die "$CXX_WORKLOAD_BIN not found: build it with 'make bench'"
 
 exec python3 - <<'PY'
-import json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time
+import json, math, os, random, re, shutil, statistics, subprocess, sys, tempfile, time
 
 E = os.environ
 ROOT, ROUNDS, MIN_TIME = E["ROOT"], int(E["ROUNDS"]), E["MIN_TIME"]
@@ -216,10 +225,11 @@ times, rss, counters, failures = {}, {}, {}, []
 started = time.monotonic()
 n = len(configs)
 for r in range(1, ROUNDS + 1):
-    order = [configs[(i + r - 1) % n] for i in range(n)]
     say(f"round {r}/{ROUNDS} ({len(benches)} benchmarks x {n} configurations, "
-        f"order {' '.join(order)}; {time.monotonic() - started:.0f} s so far)")
+        f"{time.monotonic() - started:.0f} s so far)")
     for bench in benches:
+        order = list(configs)
+        random.Random(f"{r}/{bench}").shuffle(order)
         for config in order:
             res = run(config, bench, r)
             if isinstance(res, str):
@@ -330,7 +340,7 @@ except OSError:
     pass
 header = [
     f"machine: {sh(['nproc']) or os.cpu_count()} cores (nproc), {cpu}, Linux {os.uname().release}",
-    f"runs: {ROUNDS} interleaved round(s), --benchmark_min_time={MIN_TIME}, each benchmark "
+    f"runs: {ROUNDS} interleaved round(s) in orders drawn per benchmark and round, --benchmark_min_time={MIN_TIME}, each benchmark "
     f"in its own process; {elapsed:.0f} s in all"
     + (f"; single-threaded benchmarks pinned to CPU {PIN_CPU}" if PIN_CPU else ""),
     "versions: " + "; ".join(dict.fromkeys(version(c) for c in configs)),
