@@ -66,9 +66,11 @@ __attribute__((noipa)) static void capture_both(struct both *b)
     b->nfrom = (int)unwind_capture_from(&here, b->from, MAXF, &b->from_complete);
     /* Twice through the memo: the last capture_both's walk, then this one's. */
     if (mislabel_with && memo.pc && memo.nobjects > 2) {
-        /* The second is cmocka's library, looked up again at each check;
-         * the last is libc, never unloaded like this program, so checked
-         * the other way (unwind.c's still_known). */
+        /* The second is cmocka's library, the last libc: both loaded with
+         * the program, so never unloaded and checked by address alone
+         * (unwind.c's still_known), which still tells the entries apart.
+         * A dlopen()ed library's is looked up again at each check
+         * (test_unwind_forgets_rules_of_unloaded_code goes through one). */
         unsigned other = mislabel_with == MISLABEL_SECOND ? 1 : memo.nobjects - 1;
         memo.objects[0].entry = memo.objects[other].entry;
         mislabel_with = 0;
