@@ -18,7 +18,10 @@
 # pages the host has to back afresh): salloc's phase ran 583-917 ns right
 # after mimalloc's and 331-379 ns after its own.  A rotating order keeps
 # every configuration behind the same one in every round, so that cost
-# fell on salloc, always after mimalloc, in every round.
+# fell on salloc, always after mimalloc, in every round.  Likewise each run
+# gets an environment variable of a drawn length (see run()): the stack's
+# place, which the environment's size sets, moves the time by several per
+# cent, and each configuration's own preload path would otherwise fix it.
 #
 # Output (stdout): a header (machine, library versions), then
 #   1. per benchmark, median ns per operation for each configuration;
@@ -170,6 +173,15 @@ def env_for(config):
 
 def run(config, bench, r):
     lib, env = env_for(config)
+    # The environment's size moves the initial stack, and with it which of
+    # the program's stack addresses share their low 12 bits with heap and
+    # cache addresses (loads then wait on unrelated stores): the one
+    # salloc file took 12.8 to 14.0 ns on pair/65536 at seven path lengths.
+    # Each configuration's path and options would fix its own offset for
+    # every round, so each run gets padding of a drawn length (seeded), and
+    # the median over rounds is over stack layouts too.
+    pad = random.Random(f"pad/{r}/{bench}/{config}").randrange(0, 4096, 16)
+    env["SALLOC_COMPARE_PAD"] = "x" * pad
     stem = os.path.join(out, f"{bench.replace('/', '_')}.{config}.{r}")
     if bench == CXX_ROW:
         cmd = [CXX_BIN]
