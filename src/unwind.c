@@ -893,7 +893,7 @@ static void walk_start(struct walk_state *w)
 {
     w->nobjects = 0;
     w->unkept = false;
-    w->rbp_used = true;
+    w->rbp_used = true; /* the starting rbp is no read (rbp_matters says if it counts) */
     w->rbp_read = 0;
     w->unloads = UINT64_MAX;
     if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &w->unloads) != 1)
@@ -983,7 +983,6 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
 {
     unsigned n = 0;
     bool rbp_is_start = true; /* not yet read from a frame */
-    w->rbp_used = true; /* the starting rbp is no read (rbp_matters says if it counts) */
     *complete = false;
     while (n < max) {
         uintptr_t at = exact ? pc : pc - 1;
