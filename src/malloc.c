@@ -321,10 +321,12 @@ static inline void *alloc_aligned_cached(size_t align, size_t size)
         return NULL;
     /* Usually the class of max(size, align) is a multiple of align already
      * (every class up to 128, and any power of two); only otherwise scan
-     * on. */
+     * on, here and not through sizeclass_aligned: a call would make the
+     * entry points keep align and size in saved registers on every call.
+     * The scan ends by the largest class, SA_MAX_SMALL, a power of two. */
     unsigned cls = sizeclass_of(size > align ? size : align);
-    if (unlikely(sizeclass_size(cls) & (align - 1)))
-        cls = sizeclass_aligned(size, align);
+    while (unlikely(sizeclass_size(cls) & (align - 1)) && cls < SA_NUM_CLASSES - 1)
+        cls++;
     return tcache_alloc_fast(cls);
 }
 
@@ -609,19 +611,27 @@ SA_EXPORT void *memalign(size_t align, size_t size)
     return aligned_alloc(align, size);
 }
 
+/* posix_memalign past its cached case, in a function of its own so that
+ * the cached case saves no register (memptr would live across the call).
+ * errno must come out as it went in; only a slow path can touch it. */
+__attribute__((noinline)) static int posix_memalign_slow(void **memptr, size_t align, size_t size)
+{
+    int saved = errno;
+    void *p = alloc_aligned(align, size);
+    errno = saved;
+    if (!p)
+        return ENOMEM;
+    *memptr = p;
+    return 0;
+}
+
 SA_EXPORT int posix_memalign(void **memptr, size_t align, size_t size)
 {
     if (!sa_is_pow2(align) || align < sizeof(void *))
         return EINVAL;
-    /* errno must come out as it went in; only a slow path can touch it. */
     void *p = align > 16 ? alloc_aligned_cached(align, size) : NULL;
-    if (unlikely(p == NULL)) {
-        int saved = errno;
-        p = alloc_aligned(align, size);
-        errno = saved;
-        if (!p)
-            return ENOMEM;
-    }
+    if (unlikely(p == NULL))
+        return posix_memalign_slow(memptr, align, size);
     *memptr = p;
     return 0;
 }
