@@ -65,10 +65,15 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
     }
 }
 
-/* One operator new: the fast path, then the next definition on failure. */
+/* One operator new: the cached case, else malloc's slow path, then the
+ * next definition on failure.  The slow part is a function of its own,
+ * tail-called, so that the cached case saves no register. */
 #define DEFINE_NEW(sym, nothrow)                                                   \
-    SA_SLOW_PATH static void *sym##_failed(size_t size)                            \
+    SA_SLOW_PATH static void *sym##_slow(size_t size)                              \
     {                                                                              \
+        void *p = malloc_slow(size);                                               \
+        if (likely(p != NULL))                                                     \
+            return p;                                                              \
         static void *next;                                                         \
         new_fn f = (new_fn)next_definition(&next, #sym);                           \
         return f ? f(size) : retry_with_handler(size ? size : 1, 0, nothrow);      \
@@ -76,8 +81,8 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
     void *sym(size_t size);                                                        \
     SA_EXPORT void *sym(size_t size)                                               \
     {                                                                              \
-        void *p = fast_malloc(size);                                               \
-        return likely(p != NULL) ? p : sym##_failed(size);                         \
+        void *p = fast_malloc_cached(size);                                        \
+        return likely(p != NULL) ? p : sym##_slow(size);                           \
     }
 
 #define DEFINE_NEW_ALIGNED(sym, nothrow)                                           \
@@ -98,17 +103,21 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
  * an unused pointer here.  Their next definitions take it too: they are
  * called with NULL for it, which libstdc++ never reads. */
 #define DEFINE_NEW_NOTHROW(sym)                                                    \
-    void *sym(size_t size, const void *tag);                                       \
-    SA_EXPORT void *sym(size_t size, const void *tag)                              \
+    SA_SLOW_PATH static void *sym##_slow(size_t size, const void *tag)             \
     {                                                                              \
-        (void)tag;                                                                 \
-        void *p = fast_malloc(size);                                               \
+        void *p = malloc_slow(size);                                               \
         if (likely(p != NULL))                                                     \
             return p;                                                              \
         static void *next;                                                         \
         void *(*f)(size_t, const void *) =                                         \
             (void *(*)(size_t, const void *))next_definition(&next, #sym);         \
         return f ? f(size, tag) : retry_with_handler(size ? size : 1, 0, 1);       \
+    }                                                                              \
+    void *sym(size_t size, const void *tag);                                       \
+    SA_EXPORT void *sym(size_t size, const void *tag)                              \
+    {                                                                              \
+        void *p = fast_malloc_cached(size);                                        \
+        return likely(p != NULL) ? p : sym##_slow(size, tag);                      \
     }
 
 #define DEFINE_NEW_ALIGNED_NOTHROW(sym)                                            \
