@@ -488,6 +488,17 @@ SA_EXPORT void free(void *p)
     fast_free(p);
 }
 
+/* calloc past its cached case, in a function of its own so that the
+ * cached case saves no register: memory the slow path may know is zero. */
+__attribute__((noinline)) static void *calloc_slow(size_t bytes)
+{
+    bool zeroed = false;
+    void *p = alloc_slow(bytes, 1, &zeroed);
+    if (p && !zeroed)
+        memset(p, 0, bytes);
+    return p;
+}
+
 SA_EXPORT void *calloc(size_t nmemb, size_t size)
 {
     size_t bytes;
@@ -495,14 +506,10 @@ SA_EXPORT void *calloc(size_t nmemb, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    /* A cached object is never known to be zero; the slow path says. */
-    bool zeroed = false;
     void *p = bytes <= SA_MAX_SMALL ? tcache_alloc_fast(sizeclass_of(bytes)) : NULL;
-    if (!p)
-        p = alloc_slow(bytes, 1, &zeroed);
-    if (p && !zeroed)
-        memset(p, 0, bytes);
-    return p;
+    if (unlikely(p == NULL))
+        return calloc_slow(bytes);
+    return memset(p, 0, bytes); /* a cached object is never known to be zero */
 }
 
 /* realloc_slow's move of a small block grown to another class, for the
