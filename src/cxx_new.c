@@ -161,8 +161,9 @@ DEFINE_NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
     SA_EXPORT void sym(void *p, size_t size align_arg)                             \
     {                                                                              \
         if (unlikely(opt_check))                                                   \
-            free_check_size(p, size, align_value, "operator delete");              \
-        fast_free(p);                                                              \
+            free_checking_size(p, size, align_value, "operator delete");            \
+        else                                                                       \
+            fast_free(p);                                                          \
     }
 
 DEFINE_DELETE(_ZdlPv)

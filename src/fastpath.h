@@ -29,9 +29,11 @@
 
 void *malloc_slow(size_t size);
 void free_slow(void *p, unsigned cls);
-/* opt.check (conf.h): a sized free's size (and alignment, 0 if none) must
- * be what the block at `p` was asked for; aborts naming `fn` if not. */
-void free_check_size(const void *p, size_t size, size_t align, const char *fn);
+/* A sized free under opt.check (conf.h): its size (and alignment, 0 if
+ * none) must be what the block at `p` was asked for, else it aborts naming
+ * `fn`; then frees it.  Tail-called, so a sized free's common case keeps
+ * no frame for it. */
+void free_checking_size(void *p, size_t size, size_t align, const char *fn);
 
 /* Pops an object of class `cls` if the list has one and the allocation is
  * not due for sampling; NULL (and nothing changed) otherwise.  The counter

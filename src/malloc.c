@@ -275,18 +275,20 @@ static void check_small_free(void *p, unsigned cls, const char *fn)
         sa_fatal("%s(): double free of the %zu-byte block at %p", fn, size, p);
 }
 
-void free_check_size(const void *p, size_t size, size_t align, const char *fn)
+SA_SLOW_PATH void free_checking_size(void *p, size_t size, size_t align, const char *fn)
 {
-    if (!p)
-        return;
-    size_t usable = usable_size(p, fn);
-    struct request r;
-    /* What the request got, or a size its block kept its place for in a
-     * realloc (keeps_small). */
-    bool ok = request_for(size, align > 16 ? align : 1, &r) &&
-              (r.usable == usable || (usable <= SA_MAX_SMALL && keeps_small(usable, size)));
-    if (!ok)
-        sa_fatal("%s(): size %zu does not match the %zu-byte block at %p", fn, size, usable, p);
+    if (p) {
+        size_t usable = usable_size(p, fn);
+        struct request r;
+        /* What the request got, or a size its block kept its place for in
+         * a realloc (keeps_small). */
+        bool ok = request_for(size, align > 16 ? align : 1, &r) &&
+                  (r.usable == usable || (usable <= SA_MAX_SMALL && keeps_small(usable, size)));
+        if (!ok)
+            sa_fatal("%s(): size %zu does not match the %zu-byte block at %p", fn, size, usable,
+                     p);
+    }
+    fast_free(p);
 }
 
 SA_SLOW_PATH void free_slow(void *p, unsigned cls)
@@ -667,15 +669,17 @@ SA_EXPORT void free_sized(void *p, size_t size)
 {
     /* The pagemap lookup is as cheap as using the size; opt.check checks it. */
     if (unlikely(opt_check))
-        free_check_size(p, size, 0, "free_sized");
-    fast_free(p);
+        free_checking_size(p, size, 0, "free_sized");
+    else
+        fast_free(p);
 }
 
 SA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
 {
     if (unlikely(opt_check))
-        free_check_size(p, size, align, "free_aligned_sized");
-    fast_free(p);
+        free_checking_size(p, size, align, "free_aligned_sized");
+    else
+        fast_free(p);
 }
 
 SA_EXPORT int malloc_trim(size_t pad)
