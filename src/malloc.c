@@ -319,17 +319,8 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
  * allocation is due for sampling. */
 static inline void *alloc_aligned_cached(size_t align, size_t size)
 {
-    if (size > SA_MAX_SMALL || align > SA_PAGE_SIZE)
-        return NULL;
-    /* Usually the class of max(size, align) is a multiple of align already
-     * (every class up to 128, and any power of two); only otherwise scan
-     * on, here and not through sizeclass_aligned: a call would make the
-     * entry points keep align and size in saved registers on every call.
-     * The scan ends by the largest class, SA_MAX_SMALL, a power of two. */
-    unsigned cls = sizeclass_of(size > align ? size : align);
-    while (unlikely(sizeclass_size(cls) & (align - 1)) && cls < SA_NUM_CLASSES - 1)
-        cls++;
-    return tcache_alloc_fast(cls);
+    unsigned cls = sizeclass_aligned(size, align);
+    return likely(cls != 0) ? tcache_alloc_fast(cls) : NULL;
 }
 
 /* `size` bytes aligned to `align` (a power of two). */

@@ -443,7 +443,6 @@ void pageheap_free(struct span *s)
     debug_check();
 }
 
-
 size_t pageheap_free_large(void *p)
 {
     sa_lock(&ph_lock);
@@ -456,7 +455,6 @@ size_t pageheap_free_large(void *p)
         debug_check();
     return bytes;
 }
-
 
 void pageheap_shrink(struct span *s, size_t npages)
 {

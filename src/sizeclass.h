@@ -51,7 +51,20 @@ static inline unsigned sizeclass_objects(unsigned cls)
 /* The smallest class of at least `size` bytes whose objects are all aligned
  * to `align` (objects start at span start + k * size, and spans are page
  * aligned, so a class works iff its size is a multiple of `align`), or 0 if
- * no class does.  Slow path: a short scan. */
-unsigned sizeclass_aligned(size_t size, size_t align);
+ * no class does.  A class whose size is a multiple of `align` is at least
+ * `align`: the scan starts there, and usually ends there too (every class
+ * up to 128, and any power of two).  Inline, so that aligned_alloc's
+ * cached case makes no call (a call would have it keep align and size in
+ * saved registers on every call). */
+static inline unsigned sizeclass_aligned(size_t size, size_t align)
+{
+    if (size > SA_MAX_SMALL || align > SA_PAGE_SIZE)
+        return 0;
+    unsigned cls = sizeclass_of(size > align ? size : align);
+    while (unlikely(sizeclass_size(cls) & (align - 1)))
+        if (++cls == SA_NUM_CLASSES)
+            return 0;
+    return cls;
+}
 
 #endif
