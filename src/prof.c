@@ -163,6 +163,8 @@ void prof_boot(void)
     memcpy(prefix, opt_prof_prefix, sizeof(prefix));
     next_interval = prof_interval_get();
     gdump_high = pageheap_mapped_bytes();
+    if (!opt_prof)
+        sampler_never_sample();
     sampler_configure(opt_lg_prof_sample, active);
     if (!opt_prof)
         return;

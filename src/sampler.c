@@ -91,10 +91,21 @@ int64_t sampler_draw(uint64_t *state, uint64_t rate) { return scale(unit_exponen
 
 static int64_t remaining(const struct tcache *tc) { return tc->bytes_until_sample + tc->prof.carry; }
 
-/* The fast path's window: SAMPLER_CHECKIN, or 0 under opt.check. */
+/* The fast path's window: SAMPLER_CHECKIN, 0 under opt.check, or
+ * NEVER_CHECKIN under opt.prof false; and the distance to the next visit
+ * when the thread is not sampling. */
+#define NEVER_CHECKIN ((int64_t)1 << 62)
 static int64_t checkin = SAMPLER_CHECKIN;
+static int64_t idle_interval = SAMPLER_CHECKIN;
 
 void sampler_check_every_allocation(void) { checkin = 0; }
+
+void sampler_never_sample(void)
+{
+    idle_interval = NEVER_CHECKIN;
+    if (checkin)
+        checkin = NEVER_CHECKIN;
+}
 
 /* Puts `left` bytes of interval in place: at most `checkin` visible to the
  * fast path, the rest in carry. */
@@ -109,7 +120,7 @@ static void set_remaining(struct tcache *tc, int64_t left)
 static void new_interval(struct tcache *tc)
 {
     uint64_t allocated = tc->prof.alloc_base - (uint64_t)remaining(tc);
-    int64_t next = SAMPLER_CHECKIN;
+    int64_t next = idle_interval;
     tc->prof.rate = 0;
     if (tc->prof.active && __atomic_load_n(&global_on, __ATOMIC_RELAXED)) {
         tc->prof.rate = (uint64_t)1 << sampler_lg();

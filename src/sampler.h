@@ -21,7 +21,10 @@
  * global generation number, bumped by every rate or activity change.  So a
  * change reaches every thread within SAMPLER_CHECKIN bytes of its
  * allocation, whatever its interval, and a thread with sampling off still
- * checks in every SAMPLER_CHECKIN bytes.  Splitting is exact: sampled <=>
+ * checks in every SAMPLER_CHECKIN bytes, except under opt.prof false, where
+ * no change can ever turn sampling on (prof.active and the rest answer
+ * ENOENT) and the fast path never leaves for the sampler.  Splitting is
+ * exact: sampled <=>
  * the whole remaining interval < Z.  On a change the interval is redrawn
  * from scratch, which the memoryless property also makes exact.
  *
@@ -47,6 +50,11 @@ struct tcache;
  * same: intervals are split into chunks of the window anyway.  Called at
  * set-up, before any thread cache exists. */
 void sampler_check_every_allocation(void);
+
+/* opt.prof false: sampling can never start, so a thread need not check in
+ * at all (its window is 2^62 bytes).  Called at set-up, before any thread
+ * cache exists; opt.check's window of 0 still wins. */
+void sampler_never_sample(void);
 
 /* A new cache: seed its PRNG and draw its first interval. */
 void sampler_thread_init(struct tcache *tc);

@@ -444,6 +444,27 @@ static void test_sampler_thread_byte_counts(void **state)
     prof_lg_sample_set(saved);
 }
 
+/* opt.prof false (prof_boot calls sampler_never_sample before any cache
+ * exists): a thread's window is the whole 2^62-byte interval, so it never
+ * leaves the fast path for the sampler, and its byte counts stay exact.
+ * Irreversible, so the last test of this program. */
+static void test_sampler_never_sampling_never_checks_in(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_get();
+    sampler_never_sample();
+    sampler_configure(prof_lg_sample_get(), false);
+    sampler_refresh(tc);
+    assert_true(tc->bytes_until_sample >= (int64_t)1 << 61);
+    assert_int_equal(tc->prof.rate, 0);
+    check_byte_counts();
+    /* Megabytes of allocation later, still on the first interval. */
+    for (int i = 0; i < 64; i++)
+        free(malloc(1 << 17));
+    assert_true(tc->bytes_until_sample >= (int64_t)1 << 61);
+    check_byte_counts();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_sampler_active_switches),
         cmocka_unit_test(test_sampler_reused_pages_are_cleared_for_calloc),
         cmocka_unit_test(test_sampler_thread_byte_counts),
+        cmocka_unit_test(test_sampler_never_sampling_never_checks_in), /* last: irreversible */
     };
     return cmocka_run_group_tests_name("sampler", tests, NULL, NULL);
 }
