@@ -24,9 +24,9 @@
  * checks in every SAMPLER_CHECKIN bytes, except under opt.prof false, where
  * no change can ever turn sampling on (prof.active and the rest answer
  * ENOENT) and the fast path never leaves for the sampler.  Splitting is
- * exact: sampled <=>
- * the whole remaining interval < Z.  On a change the interval is redrawn
- * from scratch, which the memoryless property also makes exact.
+ * exact: sampled <=> the whole remaining interval < Z.  On a change the
+ * interval is redrawn from scratch, which the memoryless property also
+ * makes exact.
  *
  * thread.allocated comes for free: alloc_base - (bytes_until_sample + carry).
  */
