@@ -435,8 +435,11 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         }
         return p;
     }
-    if (n > old && moving_size(old, n) > n)
-        growth_request(moving_size(old, n), &r);
+    if (n > old) {
+        size_t want = moving_size(old, n);
+        if (want > n)
+            growth_request(want, &r);
+    }
     uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
     void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
