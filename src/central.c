@@ -78,7 +78,7 @@ static struct central centrals[SA_NUM_CLASSES] = {
 
 /* Each class's transfer chains, the last the most recent; under its lock.
  * Apart from centrals so that they are .bss. */
-static struct xfer_chain xfers[SA_NUM_CLASSES][XFER_MAX_SLOTS];
+SA_BSS_APART static struct xfer_chain xfers[SA_NUM_CLASSES][XFER_MAX_SLOTS];
 
 static struct central *central_of(unsigned cls) { return &centrals[cls]; }
 

@@ -118,7 +118,7 @@ struct snapshot {
     size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
     size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
 };
-static struct snapshot snap;
+SA_BSS_APART static struct snapshot snap;
 static bool snap_taken;
 static sa_lock_t snap_lock = SA_LOCK_INITIALIZER(LOCK_RANK_CTL);
 static uint64_t epoch = 1;

@@ -40,7 +40,7 @@
 
 #define OUT_BUF 65536
 
-static char out_buf[OUT_BUF]; /* under the dump lock */
+SA_BSS_APART static char out_buf[OUT_BUF]; /* under the dump lock */
 
 /* ---- the numbers ---- */
 

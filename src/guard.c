@@ -53,7 +53,7 @@ void guard_unmap(struct span *s)
 /* ---- quarantine ---- */
 
 static sa_lock_t lock = SA_LOCK_INITIALIZER(LOCK_RANK_QUARANTINE);
-static struct span *fifo[GUARD_QUARANTINE]; /* under lock */
+SA_BSS_APART static struct span *fifo[GUARD_QUARANTINE]; /* under lock */
 static unsigned head, count;                /* under lock */
 
 struct span *guard_quarantine(struct span *s)

@@ -6,8 +6,8 @@
 
 #include "os.h"
 
-struct pm_leaf *pm_root[PM_ROOT_LEN];
-struct pm_classes pm_classes;
+SA_BSS_APART struct pm_leaf *pm_root[PM_ROOT_LEN];
+SA_BSS_APART struct pm_classes pm_classes;
 static bool check_every_free;
 
 void pagemap_check_every_free(void) { check_every_free = true; }

@@ -50,7 +50,7 @@ struct kept {
 };
 
 static sa_lock_t lock = SA_LOCK_INITIALIZER(LOCK_RANK_SAMPLED_PAGES);
-static struct kept slots[NLENGTHS][SLOTS]; /* under lock */
+SA_BSS_APART static struct kept slots[NLENGTHS][SLOTS]; /* under lock */
 static unsigned nslots[NLENGTHS];          /* under lock */
 static size_t cached, dirty;               /* under lock; atomic reads */
 static uint64_t next_decay_check;          /* written under lock; atomic reads */

@@ -33,7 +33,7 @@ struct shard {
 static struct shard shards[SHARDS] = {
     [0 ... SHARDS - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_STACKS)},
 };
-static struct prof_stack *chains[SHARDS][BUCKETS_PER_SHARD];
+SA_BSS_APART static struct prof_stack *chains[SHARDS][BUCKETS_PER_SHARD];
 
 static struct prof_stack **chain_of(uint64_t hash)
 {

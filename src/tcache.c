@@ -37,7 +37,7 @@ _Static_assert(TCACHE_CLASS_MAX_OBJECTS < UINT16_MAX, "a bin's max is 16 bits");
 /* Overflows tolerated before a list's max shrinks by one batch. */
 #define TCACHE_MAX_OVERFLOWS 3
 
-struct tcache tcache_empty;
+SA_BSS_APART struct tcache tcache_empty;
 
 static sa_lock_t registry_lock = SA_LOCK_INITIALIZER(LOCK_RANK_TCACHES);
 static struct tcache *registry; /* live caches */

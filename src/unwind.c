@@ -783,7 +783,7 @@ struct entry {
     uint64_t tag;
 };
 
-static struct entry cache[1u << CACHE_BITS] SA_ALIGNED(SA_CACHELINE);
+SA_BSS_APART static struct entry cache[1u << CACHE_BITS] SA_ALIGNED(SA_CACHELINE);
 
 /* The cache starts as its first 2^CACHE_BITS_FIRST entries (three pages)
  * and takes all of them once it has evicted CACHE_GROW_EVICTIONS rules.

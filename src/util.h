@@ -38,6 +38,18 @@
 #define SA_SLOW_PATH __attribute__((noinline, cold))
 #define SA_NORETURN __attribute__((noreturn))
 #define SA_ALIGNED(n) __attribute__((aligned(n)))
+/* Zero-initialised tables that are big and touched sparsely (the pagemap,
+ * hash tables) or used rarely (the dump buffer, mallctl's snapshot): placed
+ * in .lbss, which the linker puts after .bss, so that the library's small
+ * variables share a few pages instead of each landing on the edge of a
+ * different table and making that page resident (test/check_layout.sh).
+ * GCC alone marks .lbss as zero-fill (clang 14 would store the zeros in the
+ * file), so other compilers keep the tables in .bss. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SA_BSS_APART __attribute__((section(".lbss")))
+#else
+#define SA_BSS_APART
+#endif
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)

@@ -1,0 +1,51 @@
+#!/bin/sh
+# check_layout.sh LIB MAP COLD_OBJECT...: the shared library's layout keeps
+# the pages a program that never dumps or calls mallctl does not need out of
+# its resident set (the Makefile's COLD_SRCS and src/util.h's SA_BSS_APART
+# say why):
+#   1. no DT_FINI: the dynamic linker would call _fini, at the very end of
+#      the text, at exit, and the kernel would map the cold code around it;
+#   2. in salloc_text, the cold objects come after every other object
+#      (MAP is the linker's map of LIB);
+#   3. with .lbss (GCC), .bss holds only small variables: at most 16 KiB.
+lib=${1:?usage: check_layout.sh LIB MAP COLD_OBJECT...}
+map=${2:?usage: check_layout.sh LIB MAP COLD_OBJECT...}
+shift 2
+fail=0
+
+if readelf -d "$lib" | grep -q '(FINI)'; then
+    echo "check_layout: $lib has a DT_FINI entry (link with -Wl,-fini= naming no symbol)"
+    fail=1
+fi
+
+# Input sections of salloc_text: " salloc_text  0xADDR  0xSIZE  build/lib/x.o".
+order=$(awk '$1 == "salloc_text" && NF == 4 { print $2, $3, $4 }' "$map")
+if [ -z "$order" ]; then
+    echo "check_layout: no salloc_text input sections in $map"
+    fail=1
+fi
+last_hot=$(echo "$order" | while read -r addr size obj; do
+    case " $* " in *" $obj "*) ;; *) printf '%d\n' $((addr + size)) ;; esac
+done | sort -n | tail -1)
+first_cold=$(echo "$order" | while read -r addr size obj; do
+    case " $* " in *" $obj "*) printf '%d\n' $((addr)) ;; esac
+done | sort -n | head -1)
+if [ -z "$first_cold" ] || [ "$first_cold" -lt "$last_hot" ]; then
+    echo "check_layout: cold code (first at ${first_cold:-none}) is not after all other code (ends at $last_hot)"
+    fail=1
+fi
+
+# "[NN] .bss NOBITS ADDR OFF SIZE ...", the size in hex.
+bss=$(printf '%d' "0x$(readelf -SW "$lib" | sed 's/\[ */[/' | awk '$2 == ".bss" { print $6 }')")
+if readelf -SW "$lib" | grep -q ' \.lbss '; then
+    if [ "$bss" -gt 16384 ]; then
+        echo "check_layout: .bss is $bss bytes: a big table is missing SA_BSS_APART"
+        fail=1
+    fi
+    bss_note=".bss $bss bytes"
+else
+    bss_note="no .lbss (not GCC): .bss not checked"
+fi
+
+[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; cold code after byte $last_hot of salloc_text; $bss_note"
+exit $fail
