@@ -301,19 +301,33 @@ static void span_emptied(struct central *c, struct span *s)
     }
 }
 
-/* Under the lock: `n` objects chained from `head` back into their spans. */
+/* Under the lock: `n` objects chained from `head` back into their spans.
+ * Objects of one span often lie next to each other in the chain (freed in
+ * the order they were allocated; a consumer's remote frees of what a
+ * producer took in one batch): such a run goes onto its span's list whole,
+ * as it is chained, with one pagemap lookup and only its last link
+ * rewritten.  (prodcons/64: 45 objects a run; cxx_workload and sizemix
+ * 1.7-1.8.) */
 static void return_to_spans(struct central *c, unsigned cls, void *head, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++) {
-        void *obj = head;
-        head = *(void **)obj;
-        struct span *s = pagemap_span(obj);
+    while (n) {
+        void *first = head, *last = head;
+        struct span *s = pagemap_span(first);
         SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == cls);
+        uintptr_t start = s->start, bytes = span_end(s) - start;
+        unsigned run = 1;
+        head = *(void **)first;
+        while (run < n && (uintptr_t)head - start < bytes) {
+            last = head;
+            head = *(void **)head;
+            run++;
+        }
+        n -= run;
         if (!s->freelist)
-            s->free_tail = obj;
-        *(void **)obj = s->freelist;
-        s->freelist = obj;
-        s->allocated--;
+            s->free_tail = last;
+        *(void **)last = s->freelist;
+        s->freelist = first;
+        s->allocated -= run;
         if (!s->on_list)
             partial_push(c, s);
         if (s->allocated == 0)

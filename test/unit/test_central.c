@@ -360,27 +360,71 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     take_as(anyone, cls, 2 * n - 1, objs + 1); /* two full spans: A, then B */
     void **a = objs, **b = objs + n;
     assert_ptr_not_equal(pagemap_span(a[0]), pagemap_span(b[0]));
-    /* A's list 3, 2, 1; B's n+3, n+2, n+1; B is tried first (the more
-     * recently returned to).  B's whole list, then two of A's three. */
+    /* Each chain goes onto its span's list as chained: A's list 1, 2, 3;
+     * B's n+1, n+2, n+3; B is tried first (the more recently returned
+     * to).  B's whole list, then two of A's three. */
     give(cls, 3, (void *[]){a[1], a[2], a[3]});
     give(cls, 3, (void *[]){b[1], b[2], b[3]});
     take_batch(cls, 5, batch);
-    void *want1[5] = {b[3], b[2], b[1], a[3], a[2]};
+    void *want1[5] = {b[1], b[2], b[3], a[1], a[2]};
     for (unsigned i = 0; i < 5; i++)
         assert_ptr_equal(batch[i], want1[i]);
     central_check(cls);
-    /* A's list is 1 now (its tail).  Two more on top, B's two: B's whole
-     * list, then A's whole list after it. */
-    give(cls, 1, &a[4]);                  /* A: 4, 1 */
-    give(cls, 2, (void *[]){b[5], b[6]}); /* B: 6, 5 */
+    /* A's list is 3 now (its tail).  One more on top, and two of B's: B's
+     * whole list, then A's whole list after it. */
+    give(cls, 1, &a[4]);                  /* A: 4, 3 */
+    give(cls, 2, (void *[]){b[5], b[6]}); /* B: 5, 6 */
     void *more[4];
     take_batch(cls, 4, more);
-    void *want2[4] = {b[6], b[5], a[4], a[1]};
+    void *want2[4] = {b[5], b[6], a[4], a[3]};
     for (unsigned i = 0; i < 4; i++)
         assert_ptr_equal(more[i], want2[i]);
     central_check(cls);
     give(cls, 5, batch);
     give(cls, 4, more);
+    central_check(cls);
+    free(objs);
+}
+
+/* A chain that goes from span to span and back (A A B B B A) returns each
+ * run to its own span whole: every span's count drops by its objects,
+ * each run lies on its span's list as it was chained, the later run of a
+ * span on top of the earlier, and a span's last objects coming back in
+ * one run empty it. */
+static void test_central_runs_of_one_span_go_back_whole(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
+    void **objs = malloc(2 * n * sizeof(void *)), *batch[6];
+    struct central_owner anyone = {NULL, 0, 0};
+    objs[0] = use_up_partial_spans(cls, anyone);
+    take_as(anyone, cls, 2 * n - 1, objs + 1); /* two full spans: A, then B */
+    void **a = objs, **b = objs + n;
+    struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
+    assert_ptr_not_equal(sa, sb);
+    unsigned a_out = sa->allocated, b_out = sb->allocated;
+    give(cls, 6, (void *[]){a[0], a[1], b[0], b[1], b[2], a[2]});
+    assert_int_equal(sa->allocated, a_out - 3);
+    assert_int_equal(sb->allocated, b_out - 3);
+    central_check(cls);
+    /* B went onto the partial list after A: its list first, then A's,
+     * whose later run (a[2]) lies on top of its earlier one. */
+    take_batch(cls, 6, batch);
+    void *want[6] = {b[0], b[1], b[2], a[2], a[0], a[1]};
+    for (unsigned i = 0; i < 6; i++)
+        assert_ptr_equal(batch[i], want[i]);
+    central_check(cls);
+    /* All of B in one chain, a run of n: B is empty again and is kept
+     * (or given to the page heap), off the partial list. */
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+    give(cls, n, b);
+    central_get_stats(cls, &after);
+    assert_int_equal(after.allocated, before.allocated - n);
+    assert_true(sb->state != SPAN_SMALL || sb->allocated == 0);
+    central_check(cls);
+    give(cls, 3, batch + 3);
+    give(cls, n - 3, a + 3);
     central_check(cls);
     free(objs);
 }
@@ -398,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_central_transfer_chains_are_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_chain),
         cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
+        cmocka_unit_test(test_central_runs_of_one_span_go_back_whole),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
