@@ -345,6 +345,16 @@ static void take_batch(unsigned cls, unsigned want, void **out)
     assert_ptr_equal(out[k - 1], tail);
 }
 
+/* Two fresh spans of `cls` (`n` objects each), taken whole: A's objects
+ * in objs[0, n), B's in objs[n, 2n), each in address order. */
+static void take_two_fresh_spans(unsigned cls, unsigned n, void **objs)
+{
+    struct central_owner anyone = {NULL, 0, 0};
+    objs[0] = use_up_partial_spans(cls, anyone);
+    take_as(anyone, cls, 2 * n - 1, objs + 1);
+    assert_ptr_not_equal(pagemap_span(objs[0]), pagemap_span(objs[n]));
+}
+
 /* A span whose returned objects all fit in what a batch still wants gives
  * its whole free list at once (its tail kept as objects come back), most
  * recently returned first, and the batch goes on from its tail to the next
@@ -355,11 +365,8 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     (void)state;
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
     void **objs = malloc(2 * n * sizeof(void *)), *batch[5];
-    struct central_owner anyone = {NULL, 0, 0};
-    objs[0] = use_up_partial_spans(cls, anyone);
-    take_as(anyone, cls, 2 * n - 1, objs + 1); /* two full spans: A, then B */
+    take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
-    assert_ptr_not_equal(pagemap_span(a[0]), pagemap_span(b[0]));
     /* Each chain goes onto its span's list as chained: A's list 1, 2, 3;
      * B's n+1, n+2, n+3; B is tried first (the more recently returned
      * to).  B's whole list, then two of A's three. */
@@ -396,12 +403,9 @@ static void test_central_runs_of_one_span_go_back_whole(void **state)
     (void)state;
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
     void **objs = malloc(2 * n * sizeof(void *)), *batch[6];
-    struct central_owner anyone = {NULL, 0, 0};
-    objs[0] = use_up_partial_spans(cls, anyone);
-    take_as(anyone, cls, 2 * n - 1, objs + 1); /* two full spans: A, then B */
+    take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
     struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
-    assert_ptr_not_equal(sa, sb);
     unsigned a_out = sa->allocated, b_out = sb->allocated;
     give(cls, 6, (void *[]){a[0], a[1], b[0], b[1], b[2], a[2]});
     assert_int_equal(sa->allocated, a_out - 3);
