@@ -77,7 +77,8 @@ static struct central centrals[SA_NUM_CLASSES] = {
 };
 
 /* Each class's transfer chains, the last the most recent; under its lock.
- * Apart from centrals so that they are .bss. */
+ * Apart from centrals (initialised, so .data) so that they are zero-fill,
+ * placed after the small variables (SA_BSS_APART). */
 SA_BSS_APART static struct xfer_chain xfers[SA_NUM_CLASSES][XFER_MAX_SLOTS];
 
 static struct central *central_of(unsigned cls) { return &centrals[cls]; }
