@@ -451,7 +451,7 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 
 /* ---- the public functions ---- */
 
-SA_EXPORT void *malloc(size_t size)
+SA_EXPORT_FAST void *malloc(size_t size)
 {
     return fast_malloc(size);
 }
@@ -479,7 +479,7 @@ bool sa_link_map_may_unload(const void *link_map)
     return process_malloc != sa_own_malloc || pagemap_span(link_map) != NULL;
 }
 
-SA_EXPORT void free(void *p)
+SA_EXPORT_FAST void free(void *p)
 {
     fast_free(p);
 }
@@ -495,7 +495,7 @@ __attribute__((noinline)) static void *calloc_slow(size_t bytes)
     return p;
 }
 
-SA_EXPORT void *calloc(size_t nmemb, size_t size)
+SA_EXPORT_FAST void *calloc(size_t nmemb, size_t size)
 {
     size_t bytes;
     if (__builtin_mul_overflow(nmemb, size, &bytes)) {
@@ -556,7 +556,7 @@ __attribute__((noinline)) static void *realloc_moving(void *p, size_t n, unsigne
     return realloc_slow(p, n, cls);
 }
 
-SA_EXPORT void *realloc(void *p, size_t n)
+SA_EXPORT_FAST void *realloc(void *p, size_t n)
 {
     if (!p)
         return fast_malloc(n);
@@ -590,7 +590,7 @@ SA_EXPORT void *realloc(void *p, size_t n)
     return realloc_moving(p, n, cls);
 }
 
-SA_EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
+SA_EXPORT_FAST void *reallocarray(void *p, size_t nmemb, size_t size)
 {
     size_t bytes;
     if (__builtin_mul_overflow(nmemb, size, &bytes)) {
@@ -600,7 +600,7 @@ SA_EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
     return realloc(p, bytes);
 }
 
-SA_EXPORT void *aligned_alloc(size_t align, size_t size)
+SA_EXPORT_FAST void *aligned_alloc(size_t align, size_t size)
 {
     if (!sa_is_pow2(align)) {
         errno = EINVAL;
@@ -609,7 +609,7 @@ SA_EXPORT void *aligned_alloc(size_t align, size_t size)
     return alloc_aligned(align, size);
 }
 
-SA_EXPORT void *memalign(size_t align, size_t size)
+SA_EXPORT_FAST void *memalign(size_t align, size_t size)
 {
     return aligned_alloc(align, size);
 }
@@ -628,7 +628,7 @@ __attribute__((noinline)) static int posix_memalign_slow(void **memptr, size_t a
     return 0;
 }
 
-SA_EXPORT int posix_memalign(void **memptr, size_t align, size_t size)
+SA_EXPORT_FAST int posix_memalign(void **memptr, size_t align, size_t size)
 {
     if (!sa_is_pow2(align) || align < sizeof(void *))
         return EINVAL;
@@ -654,12 +654,12 @@ SA_EXPORT void *pvalloc(size_t size)
     return alloc_aligned(page, sa_align_up(size ? size : 1, page));
 }
 
-SA_EXPORT size_t malloc_usable_size(void *p)
+SA_EXPORT_FAST size_t malloc_usable_size(void *p)
 {
     return p ? usable_size(p, "malloc_usable_size") : 0;
 }
 
-SA_EXPORT void free_sized(void *p, size_t size)
+SA_EXPORT_FAST void free_sized(void *p, size_t size)
 {
     /* The pagemap lookup is as cheap as using the size; opt.check checks it. */
     if (unlikely(opt_check))
@@ -668,7 +668,7 @@ SA_EXPORT void free_sized(void *p, size_t size)
         fast_free(p);
 }
 
-SA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
+SA_EXPORT_FAST void free_aligned_sized(void *p, size_t align, size_t size)
 {
     if (unlikely(opt_check))
         free_checking_size(p, size, align, "free_aligned_sized");

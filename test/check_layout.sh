@@ -7,7 +7,9 @@
 #      the text, at exit, and the kernel would map the cold code around it;
 #   2. in salloc_text, the cold objects come after every other object
 #      (MAP is the linker's map of LIB);
-#   3. with .lbss (GCC), .bss holds only small variables: at most 16 KiB.
+#   3. with .lbss (GCC), .bss holds only small variables: at most 16 KiB;
+#   4. the entry points with a fast path start on a 64-byte boundary
+#      (SA_EXPORT_FAST, src/util.h).
 lib=${1:?usage: check_layout.sh LIB MAP COLD_OBJECT...}
 map=${2:?usage: check_layout.sh LIB MAP COLD_OBJECT...}
 shift 2
@@ -47,5 +49,19 @@ else
     bss_note="no .lbss (not GCC): .bss not checked"
 fi
 
-[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; cold code after byte $last_hot of salloc_text; $bss_note"
+# "ADDR T NAME" from the dynamic symbol table, the address in hex.
+fast="malloc free calloc realloc aligned_alloc memalign posix_memalign malloc_usable_size
+      free_sized free_aligned_sized _Znwm _Znam _ZnwmRKSt9nothrow_t _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm"
+for sym in $fast; do
+    addr=$(nm -D --defined-only "$lib" | awk -v s="$sym" '$3 == s { print $1 }')
+    if [ -z "$addr" ]; then
+        echo "check_layout: $lib does not define $sym"
+        fail=1
+    elif [ $((0x$addr % 64)) -ne 0 ]; then
+        echo "check_layout: $sym is at 0x$addr, not on a 64-byte boundary (SA_EXPORT_FAST)"
+        fail=1
+    fi
+done
+
+[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; cold code after byte $last_hot of salloc_text; $bss_note; fast entry points 64-byte aligned"
 exit $fail
