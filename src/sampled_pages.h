@@ -14,8 +14,10 @@
  * allocation made on reused memory.  Kept mappings follow the heap's decay
  * policy (dirty_decay_ms): purged with MADV_DONTNEED once they have been
  * idle that long (0: at once; -1: only on sampled_pages_purge, which
- * malloc_trim calls).  The cache is bounded in entries per length and in
- * bytes overall; beyond that mappings are unmapped.
+ * malloc_trim calls).  The cache is bounded in dirty entries per length:
+ * beyond that a freed mapping is purged and kept clean (no munmap, whose
+ * TLB shootdown and mmap lock cost a threaded program far more); and in
+ * entries per length and bytes overall: beyond that mappings are unmapped.
  *
  * Each mapping is registered with the page heap (pageheap.h) when it is
  * made and keeps that record, parked between samples, until it is

@@ -10,6 +10,9 @@
  *     dirty count goes to zero;
  *   - a kept mapping idle longer than the decay time is purged by a later
  *     put;
+ *   - beyond 32 dirty mappings of one length, a freed one is purged and
+ *     kept clean, not unmapped: it comes back, reading as zero, after the
+ *     dirty ones;
  *   - the cache is bounded: per length, in bytes, and in mapping length;
  *   - threads that get and put one length at once (its hot slot, taken
  *     without the lock) never hold the same mapping together.
@@ -154,8 +157,14 @@ static void test_sampled_pages_cache_is_bounded(void **state)
         p[i] = sampled_pages_get(LEN, 16, &zeroed);
     for (int i = 0; i < N; i++)
         sampled_pages_put(p[i]);
-    /* At most 16 mappings of one length are kept; the rest are unmapped. */
-    assert_true(sampled_pages_cached() - before <= 16 * LEN);
+    /* At most 64 mappings of one length are kept, 32 of them dirty. */
+    assert_true(sampled_pages_cached() - before <= 64 * LEN);
+    assert_true(sampled_pages_dirty() <= 32 * LEN);
+    for (int i = 0; i < 3 * N; i++)
+        p[i % N] = sampled_pages_get(LEN, 16, &zeroed);
+    for (int i = 0; i < N; i++)
+        sampled_pages_put(p[i]);
+    assert_true(sampled_pages_cached() - before <= 64 * LEN);
     /* Longer than SAMPLED_CACHE_MAX_PAGES: never kept. */
     size_t big = (SAMPLED_CACHE_MAX_PAGES + 1) * SA_PAGE_SIZE, cached = sampled_pages_cached();
     struct span *b = sampled_pages_get(big, 16, &zeroed);
@@ -171,6 +180,50 @@ static void test_sampled_pages_cache_is_bounded(void **state)
             sampled_pages_put(q[i]);
     }
     assert_true(sampled_pages_cached() <= (size_t)8 << 20);
+}
+
+/* 40 mappings of one length freed at once, then taken again: the first 32
+ * come back dirty (contents kept), the rest purged but the same mappings
+ * (none was unmapped), reading as zero with no page resident. */
+static void test_sampled_pages_beyond_dirty_bound_kept_clean(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    sampled_pages_purge();
+    enum { N = 40, DIRTY = 32 };
+    struct span *p[N], *q[N];
+    bool zeroed;
+    for (int i = 0; i < N; i++) {
+        p[i] = sampled_pages_get(LEN, 16, &zeroed);
+        assert_non_null(p[i]);
+        mem_of(p[i])[0] = 'x';
+    }
+    size_t before = sampled_pages_cached();
+    for (int i = 0; i < N; i++)
+        sampled_pages_put(p[i]);
+    assert_int_equal(sampled_pages_cached() - before, N * LEN); /* all kept */
+    assert_int_equal(sampled_pages_dirty(), DIRTY * LEN);
+    int dirty = 0;
+    for (int i = 0; i < N; i++) {
+        q[i] = sampled_pages_get(LEN, 16, &zeroed);
+        bool known = false;
+        for (int j = 0; j < N; j++)
+            known |= q[i] == p[j];
+        assert_true(known);
+        if (!zeroed) {
+            assert_true(i < DIRTY); /* dirty ones first */
+            assert_int_equal(mem_of(q[i])[0], 'x');
+            dirty++;
+        } else {
+            assert_int_equal(resident_pages(mem_of(q[i]), LEN), 0);
+            assert_int_equal(mem_of(q[i])[0], 0);
+        }
+    }
+    assert_int_equal(dirty, DIRTY);
+    for (int i = 0; i < N; i++)
+        sampled_pages_put(q[i]);
+    sampled_pages_purge();
+    assert_int_equal(sampled_pages_dirty(), 0);
 }
 
 /* Each round: a mapping of LEN, filled with this thread's mark, checked
@@ -210,7 +263,7 @@ static void test_sampled_pages_one_owner_at_a_time(void **state)
         assert_int_equal(pthread_join(t[i], &bad), 0);
         assert_int_equal((uintptr_t)bad, 0);
     }
-    /* Everything came back: the cache holds at most 16 of this length. */
+    /* Everything came back: the cache holds at most 64 of this length. */
     assert_true(sampled_pages_cached() <= (size_t)8 << 20);
     sampled_pages_purge();
     assert_int_equal(sampled_pages_dirty(), 0);
@@ -223,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_sampled_pages_decay_zero_purges_at_once),
         cmocka_unit_test(test_sampled_pages_purge_empties_the_dirty_cache),
         cmocka_unit_test(test_sampled_pages_idle_mappings_decay),
+        cmocka_unit_test(test_sampled_pages_beyond_dirty_bound_kept_clean),
         cmocka_unit_test(test_sampled_pages_cache_is_bounded),
         cmocka_unit_test(test_sampled_pages_one_owner_at_a_time),
     };
