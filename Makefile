@@ -194,6 +194,9 @@ HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 # Half the samples guarded (guard.h), a sample every 4 KiB: the quarantine
 # and the guard's mappings under every thread's traffic.
 GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
+# The background thread purging every 10 ms while the stress threads and
+# forks allocate: decay concurrent with everything else.
+BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy
 
@@ -213,6 +216,11 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	echo "== test/bin/test_stress (LD_PRELOAD=lib/libsalloc.so, guarded sampling: SALLOC_CONF=$(GUARDED_SAMPLING))"; \
 	$(TEST_ENV) STRESS_SECONDS=1 STRESS_FORKS=5 SALLOC_CONF=$(GUARDED_SAMPLING) \
 	    LD_PRELOAD=$(CURDIR)/lib/libsalloc.so test/bin/test_stress || fail=1; \
+	for t in test/bin/test_stress test/bin/test_real_programs; do \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, background decay: SALLOC_CONF=$(BACKGROUND_DECAY))"; \
+	    $(TEST_ENV) STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(BACKGROUND_DECAY) \
+	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
+	done; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
@@ -267,6 +275,8 @@ test-tsan: test/bin/test_tsan_stress $(TSAN_UNIT_TESTS) build/bin/gen_size_class
 	done; \
 	echo "== test/bin/test_tsan_stress (SALLOC_CONF=lg_prof_sample:10)"; \
 	STRESS_SECONDS=3 SALLOC_CONF=lg_prof_sample:10 $(TSAN_ENV) test/bin/test_tsan_stress || fail=1; \
+	echo "== test/bin/test_tsan_stress (SALLOC_CONF=$(BACKGROUND_DECAY))"; \
+	STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(BACKGROUND_DECAY) $(TSAN_ENV) test/bin/test_tsan_stress || fail=1; \
 	exit $$fail
 
 # ---- UndefinedBehaviorSanitizer ----

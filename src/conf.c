@@ -3,8 +3,8 @@
  * below is the one place that lists option names; each row says how its
  * value parses and where it goes.
  *
- * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check and
- * opt_thp; assigns the profiling options of prof.h (prof.c defines them)
+ * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check,
+ * opt_background_thread and opt_thp; assigns the profiling options of prof.h (prof.c defines them)
  * before prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
@@ -27,6 +27,7 @@ ssize_t opt_dirty_decay_ms = 10000;
 bool opt_abort_conf = false;
 bool opt_confirm_conf = false;
 bool opt_check = false;
+bool opt_background_thread = false;
 char opt_thp[CONF_CHOICE_MAX] = "auto";
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
@@ -155,6 +156,7 @@ static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
  * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
 static const struct option options[] = {
     {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL, NULL},
+    {"background_thread", K_BOOL, &opt_background_thread, 0, 0, NULL, NULL},
     {"check", K_BOOL, &opt_check, 0, 0, NULL, NULL},
     {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL, NULL},
     {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay, NULL},

@@ -25,6 +25,9 @@ extern bool opt_confirm_conf;      /* print each source and accepted pair */
  * free's size, on the slow path (man/salloc.3, opt.check); off by default.
  * Fixed once set-up is done. */
 extern bool opt_check;
+/* Start the background decay thread once set-up is done (background.h,
+ * man/salloc.3, opt.background_thread); off by default, as in jemalloc. */
+extern bool opt_background_thread;
 /* Transparent huge pages for the heap (man/salloc.3, opt.thp): "auto" (the
  * default: for what the heap maps beyond its first chunk), "always",
  * "never" (asked of the kernel with madvise) or "default" (left to the

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include "../include/salloc.h"
+#include "background.h"
 #include "central.h"
 #include "conf.h"
 #include "dump.h"
@@ -117,6 +118,7 @@ struct snapshot {
     size_t allocated, active, metadata, resident, mapped, retained;
     size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
     size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
+    size_t bg_threads, bg_runs, bg_run_interval; /* background.h */
 };
 SA_BSS_APART static struct snapshot snap;
 static bool snap_taken;
@@ -154,6 +156,11 @@ static void snap_take(void)
     s.retained = ph.free_clean;
     s.pactive = s.active >> SA_PAGE_SHIFT;
     s.pdirty = (ph.free_dirty + sampled_dirty) >> SA_PAGE_SHIFT;
+    struct background_stats bg;
+    background_get_stats(&bg);
+    s.bg_threads = bg.num_threads;
+    s.bg_runs = bg.num_runs;
+    s.bg_run_interval = bg.run_interval_ns;
 
     sa_lock(&snap_lock);
     snap = s;
@@ -214,7 +221,11 @@ static int ctl_const(const struct ctl_ctx *cx, union ctl_val *old, const union c
 static int ctl_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)new;
-    old->z = snap_read((size_t)cx->row->k);
+    size_t v = snap_read((size_t)cx->row->k);
+    if (cx->row->type == T_UINT64)
+        old->u64 = v;
+    else
+        old->z = v;
     return 0;
 }
 
@@ -483,12 +494,24 @@ static int ctl_tcache_flush(const struct ctl_ctx *cx, union ctl_val *old, const 
     return 0;
 }
 
+/* background_thread: 0, or EFAULT if the thread could not be created
+ * (spec/mallctl.md: a start or stop that failed). */
+static int ctl_background_thread(const struct ctl_ctx *cx, union ctl_val *old,
+                                 const union ctl_val *new)
+{
+    (void)cx;
+    if (old)
+        old->b = background_get();
+    return new && background_set(new->b) != 0 ? EFAULT : 0;
+}
+
 /* ---- the table: sorted by name (ctl_table_ok), one row per name ---- */
 
 #define VAR(n, t, v) {n, t, A_R, ctl_var, &(v), 0, 0}
 #define CONST(n, t, x) {n, t, A_R, ctl_const, NULL, (x), 0}
 #define STR(n, s) {n, T_STR, A_R, ctl_const, (s), 0, 0}
 #define STAT(n, f) {n, T_SIZE, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
+#define STAT64(n, f) {n, T_UINT64, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
 #define BINSTAT(n, f) {n, T_SIZE, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
 #define FN(n, t, a, f, g) {n, t, a, f, NULL, 0, g}
 
@@ -504,6 +527,7 @@ static const struct ctl_row table[] = {
     CONST("arenas.nbins", T_UNSIGNED, SA_NUM_CLASSES - 1),
     CONST("arenas.page", T_SIZE, SA_PAGE_SIZE),
     CONST("arenas.quantum", T_SIZE, 16),
+    FN("background_thread", T_BOOL, A_RW, ctl_background_thread, 0),
     CONST("config.cache_oblivious", T_BOOL, 0),
     CONST("config.debug", T_BOOL, SA_DEBUG_BUILD),
     CONST("config.fill", T_BOOL, 0),
@@ -518,6 +542,7 @@ static const struct ctl_row table[] = {
     CONST("config.xmalloc", T_BOOL, 0),
     FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
+    VAR("opt.background_thread", T_BOOL, opt_background_thread),
     VAR("opt.check", T_BOOL, opt_check),
     VAR("opt.confirm_conf", T_BOOL, opt_confirm_conf),
     VAR("opt.dirty_decay_ms", T_SSIZE, opt_dirty_decay_ms),
@@ -565,6 +590,9 @@ static const struct ctl_row table[] = {
     STAT("stats.arenas.<i>.pdirty", pdirty),
     STAT("stats.arenas.<i>.small.allocated", small_allocated),
     STAT("stats.arenas.<i>.tcache_bytes", tcache_bytes),
+    STAT64("stats.background_thread.num_runs", bg_runs),
+    STAT("stats.background_thread.num_threads", bg_threads),
+    STAT64("stats.background_thread.run_interval", bg_run_interval),
     STAT("stats.mapped", mapped),
     STAT("stats.metadata", metadata),
     STAT("stats.resident", resident),
@@ -726,6 +754,7 @@ static void ctl_enter(void)
     had_cache = init_current_cache() != NULL;
     if (!had_cache)
         init_thread_cache();
+    background_poll(); /* opt.background_thread's thread, if set-up was this */
 }
 
 SA_EXPORT int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)

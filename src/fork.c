@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "background.h"
 #include "central.h"
 #include "ctl.h"
 #include "dump.h"
@@ -16,6 +17,7 @@
 
 static void prefork(void)
 {
+    background_prefork(); /* first: its control lock is held across allocations */
     ctl_prefork();
     tcache_prefork();
     prof_prefork();
@@ -34,6 +36,7 @@ static void postfork_parent(void)
     prof_postfork_parent();
     tcache_postfork_parent();
     ctl_postfork_parent();
+    background_postfork_parent();
 }
 
 static void postfork_child(void)
@@ -45,6 +48,7 @@ static void postfork_child(void)
     guard_postfork_child();
     prof_postfork_child();
     ctl_postfork_child();
+    background_postfork_child();
 }
 
 void fork_init(void)

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "background.h"
 #include "conf.h"
 #include "dump.h"
 #include "fork.h"
@@ -61,6 +62,7 @@ static bool global_init(void)
         prof_boot();
         pthread_key_create(&exit_key, thread_exit);
         fork_init();
+        background_boot(); /* the thread itself only after set-up */
         in_set_up = false;
         __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
         return true;

@@ -241,7 +241,9 @@ uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
     return decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
 }
 
-static void maybe_decay(void)
+/* Under ph_lock: purges what has been free for a decay time, at most once
+ * a decay step. */
+static void decay_locked(void)
 {
     if (decay_ms < 0 || !lru_head)
         return;
@@ -251,6 +253,23 @@ static void maybe_decay(void)
     next_decay_check = now + pageheap_decay_step_ns(decay_ns);
     while (lru_head && lru_head->freed_at + decay_ns <= now && purge_locked(lru_head))
         ;
+}
+
+/* Under ph_lock, as the page heap is used: decay, unless the background
+ * thread runs it (background.h). */
+bool pageheap_background_decay;
+
+static void maybe_decay(void)
+{
+    if (!pageheap_decay_in_background())
+        decay_locked();
+}
+
+void pageheap_decay(void)
+{
+    sa_lock(&ph_lock);
+    decay_locked();
+    sa_unlock(&ph_lock);
 }
 
 /* ---- finding and carving ---- */

@@ -99,6 +99,18 @@ bool pageheap_hugepages_advised(void);
 
 /* Returns every dirty free page to the kernel now; the number of bytes. */
 size_t pageheap_purge(void);
+/* Returns the pages free for a decay time or longer, if a decay step has
+ * passed since the last such pass (the background thread's tick). */
+void pageheap_decay(void);
+
+/* Whether a background thread runs decay (background.h): set by it, read
+ * by the page heap, sampled_pages.c and prof.c, whose inline decay checks
+ * then return at once. */
+extern bool pageheap_background_decay; /* atomic */
+static inline bool pageheap_decay_in_background(void)
+{
+    return __atomic_load_n(&pageheap_background_decay, __ATOMIC_RELAXED);
+}
 
 /* Decay time in ms: free pages older than this are purged.  0 purges at
  * once, a negative value never (only pageheap_purge() does). */

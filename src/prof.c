@@ -508,8 +508,8 @@ static size_t spares_purge(uint64_t idle_since)
     return purged;
 }
 
-/* `now`: os_now_ns() of the caller's free. */
-static void spares_decay(uint64_t now)
+/* `now`: os_now_ns(). */
+void prof_decay_spares(uint64_t now)
 {
     long decay_ms = pageheap_decay_ms();
     if (decay_ms <= 0) /* 0: no spares; negative: purged only by malloc_trim */
@@ -810,7 +810,8 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     sa_polled_unlock(&sh->lock);
     if (!kept)
         sampled_pages_put(span);
-    spares_decay(now);
+    if (!pageheap_decay_in_background()) /* else the background thread's job */
+        prof_decay_spares(now);
     return usable;
 }
 

@@ -85,6 +85,10 @@ size_t prof_own_mapping_bytes(void);
 /* Bytes of freed sampled mappings the sample shards keep for their next
  * samples (dirty: statistics count them with sampled_pages_dirty()). */
 size_t prof_spare_bytes(void);
+/* Purges the spares idle for a decay time, if a decay step has passed
+ * since the last such pass; `now` is os_now_ns().  Each sampled free runs
+ * it unless the background thread does (background.h). */
+void prof_decay_spares(uint64_t now);
 
 /* ---- the calling thread ---- */
 bool prof_thread_active_get(void);

@@ -180,8 +180,9 @@ static size_t purge_and_keep(struct span *const *spans, size_t n)
     return purged;
 }
 
-/* `now`: os_now_ns() of the caller's put. */
-static void maybe_decay(uint64_t now)
+/* Purges the kept mappings idle for a decay time, at most once a decay
+ * step.  `now`: os_now_ns(). */
+void sampled_pages_decay(uint64_t now)
 {
     long decay_ms = pageheap_decay_ms();
     if (decay_ms <= 0) /* 0: purged on put; negative: only on purge */
@@ -280,7 +281,8 @@ void sampled_pages_put(struct span *s)
     }
     if (!kept)
         discard(s);
-    maybe_decay(now);
+    if (!pageheap_decay_in_background()) /* else the background thread's job */
+        sampled_pages_decay(now);
 }
 
 size_t sampled_pages_put_purged(struct span *s) { return purge_and_keep(&s, 1); }

@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SAMPLED_CACHE_MAX_PAGES 32
 
@@ -50,6 +51,11 @@ void sampled_pages_put(struct span *s);
 /* Gives back a mapping that was kept elsewhere past the decay time (a
  * sample shard's spare, prof.c), purged; returns the bytes purged. */
 size_t sampled_pages_put_purged(struct span *s);
+
+/* Purges the kept mappings idle for a decay time, if a decay step has
+ * passed since the last such pass; `now` is os_now_ns().  Each put runs it
+ * unless the background thread does (background.h). */
+void sampled_pages_decay(uint64_t now);
 
 /* Purges every kept mapping now (malloc_trim); returns the bytes purged. */
 size_t sampled_pages_purge(void);

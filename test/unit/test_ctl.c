@@ -110,7 +110,7 @@ static void test_ctl_enoent(void **state)
     assert_int_equal(mallctl("arenas.bin.97.size", &v, &len, NULL, 0), ENOENT);
     assert_int_equal(mallctl("arenas.bin.x.size", &v, &len, NULL, 0), ENOENT);
     assert_int_equal(mallctl("OPT.prof", &v, &len, NULL, 0), ENOENT);
-    assert_int_equal(mallctl("background_thread", &v, &len, NULL, 0), ENOENT);
+    assert_int_equal(mallctl("background_threads", &v, &len, NULL, 0), ENOENT);
     assert_int_equal(mallctl("thread.allocatedp", &v, &len, NULL, 0), ENOENT);
     assert_int_equal(mallctl(NULL, &v, &len, NULL, 0), ENOENT);
     /* arena 4096 (MALLCTL_ARENAS_ALL) and 0 exist */
