@@ -279,14 +279,15 @@ static int ctl_purge(const struct ctl_ctx *cx, union ctl_val *old, const union c
     return 0;
 }
 
-/* arena.<i>.decay: the page heap decays whenever it is used and offers no
- * "decay now"; resetting the decay time makes its next use check at once,
- * and giving the central lists' empty spans back is such a use. */
+/* arena.<i>.decay: resetting the decay time makes the next decay check due
+ * at once; the central lists' empty spans go back first, so that they are
+ * among what it finds. */
 static int ctl_decay(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx, (void)old, (void)new;
     pageheap_set_decay_ms(pageheap_decay_ms());
     central_release_empty();
+    pageheap_decay();
     return 0;
 }
 
