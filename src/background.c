@@ -37,6 +37,7 @@ static bool wake_ready; /* `wake` initialised (CLOCK_MONOTONIC); under control *
 
 /* Under state_lock. */
 static bool stopping;
+static bool kicked; /* the decay time changed: the sleep ends early */
 static pthread_t thread;
 static uint64_t runs, first_run_ns, last_run_ns;
 
@@ -80,8 +81,10 @@ static void *thread_main(void *arg)
             first_run_ns = now;
         last_run_ns = now;
         struct timespec until = monotonic_after(background_interval_ns(pageheap_decay_ms()));
-        while (!stopping && pthread_cond_timedwait(&wake, &state_lock, &until) != ETIMEDOUT)
+        while (!stopping && !kicked &&
+               pthread_cond_timedwait(&wake, &state_lock, &until) != ETIMEDOUT)
             ;
+        kicked = false;
     }
     pthread_mutex_unlock(&state_lock);
     return NULL;
@@ -101,7 +104,7 @@ static int start_locked(void)
         wake_ready = true;
     }
     pthread_mutex_lock(&state_lock);
-    stopping = false;
+    stopping = kicked = false;
     runs = first_run_ns = last_run_ns = 0;
     pthread_mutex_unlock(&state_lock);
     /* Every signal blocked in the thread (it inherits the mask): a
@@ -170,6 +173,18 @@ int background_set(bool on)
     return err;
 }
 
+void background_decay_changed(void)
+{
+    pthread_mutex_lock(&control); /* the thread, if any, stays while kicked */
+    if (pageheap_decay_in_background()) {
+        pthread_mutex_lock(&state_lock);
+        kicked = true;
+        pthread_cond_signal(&wake);
+        pthread_mutex_unlock(&state_lock);
+    }
+    pthread_mutex_unlock(&control);
+}
+
 bool background_get(void) { return pageheap_decay_in_background(); }
 
 void background_get_stats(struct background_stats *st)
@@ -200,7 +215,7 @@ void background_postfork_child(void)
     pthread_mutex_init(&control, NULL);
     pthread_mutex_init(&state_lock, NULL);
     wake_ready = false; /* a condition variable is not copied in use */
-    stopping = false;
+    stopping = kicked = false;
     runs = first_run_ns = last_run_ns = 0;
     __atomic_store_n(&pageheap_background_decay, false, __ATOMIC_RELAXED);
     __atomic_store_n(&background_start_pending, false, __ATOMIC_RELAXED);

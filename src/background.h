@@ -57,6 +57,11 @@ static inline void background_poll(void)
 int background_set(bool on);
 bool background_get(void);
 
+/* The decay time changed (mallctl): a sleeping thread wakes and sleeps
+ * again for the new step, so that a shorter decay time holds at once
+ * instead of after the old step (up to 1 s). */
+void background_decay_changed(void);
+
 struct background_stats {
     size_t num_threads; /* 0 or 1 */
     uint64_t num_runs;  /* decay passes since the thread last started */

@@ -300,8 +300,10 @@ static int ctl_decay_ms(const struct ctl_ctx *cx, union ctl_val *old, const unio
         return EFAULT;
     if (old)
         old->zd = pageheap_decay_ms();
-    if (new)
+    if (new) {
         pageheap_set_decay_ms(new->zd);
+        background_decay_changed();
+    }
     return 0;
 }
 

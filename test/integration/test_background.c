@@ -159,7 +159,9 @@ static int scenario_toggle(void)
     check(write_bool("background_thread", true) == 0, "a second start changes nothing");
     check(threads_named("salloc_bg", NULL) == 1, "still one thread");
 
-    /* It runs every decay step (10 ms at least): 80 ms decay -> 10 ms. */
+    /* It runs every decay step (10 ms at least): 80 ms decay -> 10 ms.
+     * Set while it sleeps out the default's 1 s step: the change wakes it. */
+    usleep(50 * 1000);
     ssize_t decay = 80;
     check(m("arenas.dirty_decay_ms", NULL, NULL, &decay, sizeof decay) == 0, "decay");
     usleep(300 * 1000);
