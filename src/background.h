@@ -14,10 +14,10 @@
  * The thread never allocates and holds no allocator lock while it sleeps.
  * It is started
  *   - by a write of true to mallctl "background_thread", or
- *   - under opt.background_thread, at the end of the first allocation
- *     slow path that finds set-up done (background_poll), normally the
- *     process's first malloc: not during set-up itself, which
- *     pthread_create (it allocates) would re-enter;
+ *   - under opt.background_thread, once the first thread cache is made
+ *     (background_poll, from init_thread_cache: the process's first malloc
+ *     or mallctl), not during set-up itself, which pthread_create (it
+ *     allocates) would re-enter;
  * and stopped (and joined) by a write of false.  A child of fork() starts
  * without it, as jemalloc's does: "background_thread" reads false there
  * until written again.
@@ -34,8 +34,8 @@
 /* The shortest sleep between two runs: a decay time of a few milliseconds
  * must not have the thread spin. */
 #define BACKGROUND_MIN_INTERVAL_NS ((uint64_t)10 * 1000 * 1000)
-/* The sleep when nothing decays on a timer (dirty_decay_ms 0 or -1): the
- * thread still notices a new decay time within this. */
+/* The sleep when nothing decays on a timer (dirty_decay_ms 0 or -1); a new
+ * decay time wakes the thread sooner (background_decay_changed). */
 #define BACKGROUND_IDLE_INTERVAL_NS ((uint64_t)1000 * 1000 * 1000)
 
 /* Set-up is done: under opt.background_thread, the next background_poll()
@@ -45,7 +45,7 @@ void background_boot(void);
 extern bool background_start_pending; /* atomic */
 void background_start_deferred(void);
 
-/* From the allocation slow path, with no allocator lock held. */
+/* When a thread cache has just been made, with no allocator lock held. */
 static inline void background_poll(void)
 {
     if (unlikely(__atomic_load_n(&background_start_pending, __ATOMIC_RELAXED)))

@@ -757,7 +757,6 @@ static void ctl_enter(void)
     had_cache = init_current_cache() != NULL;
     if (!had_cache)
         init_thread_cache();
-    background_poll(); /* opt.background_thread's thread, if set-up was this */
 }
 
 SA_EXPORT int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)

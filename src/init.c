@@ -86,6 +86,10 @@ struct tcache *init_thread_cache(void)
     tcache_tls = tc;
     thread_state = THREAD_CACHED;
     pthread_setspecific(exit_key, tc);
+    /* opt.background_thread: started by the first cache made after set-up
+     * (normally the process's first malloc or mallctl), now that this one
+     * is in place for pthread_create's own allocations. */
+    background_poll();
     return tc;
 }
 

@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "../include/salloc.h"
-#include "background.h"
 #include "central.h"
 #include "conf.h"
 #include "fastpath.h"
@@ -184,11 +183,7 @@ SA_SLOW_PATH static void *alloc_slow(size_t size, size_t align, bool *zeroed)
     struct unwind_from from;
     if (unlikely(rate))
         from = UNWIND_FROM_HERE();
-    void *p = alloc_decided(tc, &r, align, rate, zeroed, &from);
-    /* opt.background_thread: started here, by the first allocation that
-     * finds set-up done (the one that did it, if it came this way). */
-    background_poll();
-    return p;
+    return alloc_decided(tc, &r, align, rate, zeroed, &from);
 }
 
 SA_SLOW_PATH void *malloc_slow(size_t size)
