@@ -18,6 +18,7 @@
 #ifndef SALLOC_BENCH_BODIES_H
 #define SALLOC_BENCH_BODIES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -89,9 +90,17 @@ struct false_sharing_result bench_false_sharing_passive(size_t rounds);
 double bench_churn(unsigned threads, unsigned generations, size_t ops_per_thread);
 
 /* `threads` threads, each doing ops_per_thread malloc/free ops on its own
- * small live set; nothing shared.  Seconds from the common start to the
- * last thread's end (thread start-up excluded). */
-double bench_scale_local(unsigned threads, size_t ops_per_thread);
+ * small live set; nothing shared.  seconds: from the first thread's start
+ * to the last thread's end (thread start-up excluded), which charges any
+ * stagger of the threads' starts to the allocator; mean_thread_seconds:
+ * the mean of each thread's own start-to-end time.  harness_only: the same
+ * random draws and writes on a fixed set of blocks, no malloc or free (the
+ * machine's own scaling). */
+struct scale_result {
+    double seconds;
+    double mean_thread_seconds;
+};
+struct scale_result bench_scale_local(unsigned threads, size_t ops_per_thread, bool harness_only);
 
 /* ---- bodies_memory.c ---- */
 

@@ -154,7 +154,10 @@ full_name = {SUFFIX.sub("", n): n for n in listed}
 # themselves and stay unpinned.
 single_threaded = {b for b, n in full_name.items() if n.endswith("/real_time")}
 single_threaded.add(CXX_ROW)
-benches = [b for b in list(full_name) + [CXX_ROW] if re.search(FILTER, b)]
+# scale_harness is the scaling loop with no malloc or free (scaling.sh's
+# baseline row): it compares no allocators, so it stays out of the table.
+benches = [b for b in list(full_name) + [CXX_ROW]
+           if re.search(FILTER, b) and not b.startswith("scale_harness/")]
 if not benches:
     sys.exit(f"compare.sh: no benchmark matches '{FILTER}'")
 
