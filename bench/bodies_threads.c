@@ -637,9 +637,9 @@ static void scale_reuse(bench_rng *rng, char *block)
 }
 
 /* The start gate, after the start barrier: a futex barrier wakes its
- * waiters one after another, and on the 16-core device (gVisor) the last of
- * 16 ran some 4 ms after the first, a fifth of the timed window that the
- * allocator would be charged for.  Spinning until every thread has arrived
+ * waiters one after another, so the last can start a wake-up latency or
+ * more after the first, and the window (first start to last end) would
+ * charge that to the allocator.  Spinning until every thread has arrived
  * starts them within a cache-line transfer of each other.  The yield keeps
  * a machine with fewer cores than threads moving. */
 static void scale_gate_pass(atomic_uint *gate, unsigned threads)
