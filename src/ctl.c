@@ -279,15 +279,13 @@ static int ctl_purge(const struct ctl_ctx *cx, union ctl_val *old, const union c
     return 0;
 }
 
-/* arena.<i>.decay: resetting the decay time makes the next decay check due
- * at once; the central lists' empty spans go back first, so that they are
- * among what it finds. */
+/* arena.<i>.decay: a decay pass now; the central lists' empty spans go
+ * back first, so that they are among what it finds. */
 static int ctl_decay(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx, (void)old, (void)new;
-    pageheap_set_decay_ms(pageheap_decay_ms());
     central_release_empty();
-    pageheap_decay();
+    pageheap_decay_now();
     return 0;
 }
 

@@ -79,7 +79,7 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
         return f ? f(size) : retry_with_handler(size ? size : 1, 0, nothrow);      \
     }                                                                              \
     void *sym(size_t size);                                                        \
-    SA_EXPORT_FAST void *sym(size_t size)                                               \
+    SA_EXPORT_FAST void *sym(size_t size)                                          \
     {                                                                              \
         void *p = fast_malloc_cached(size);                                        \
         return likely(p != NULL) ? p : sym##_slow(size);                           \
@@ -93,9 +93,9 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
         return f ? f(size, align) : retry_with_handler(size ? size : 1, align, nothrow); \
     }                                                                              \
     void *sym(size_t size, size_t align);                                          \
-    SA_EXPORT_FAST void *sym(size_t size, size_t align)                                 \
+    SA_EXPORT_FAST void *sym(size_t size, size_t align)                            \
     {                                                                              \
-        void *p = aligned_alloc(align, size);         \
+        void *p = aligned_alloc(align, size);                                      \
         return likely(p != NULL) ? p : sym##_failed(size, align);                  \
     }
 
@@ -114,7 +114,7 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
         return f ? f(size, tag) : retry_with_handler(size ? size : 1, 0, 1);       \
     }                                                                              \
     void *sym(size_t size, const void *tag);                                       \
-    SA_EXPORT_FAST void *sym(size_t size, const void *tag)                              \
+    SA_EXPORT_FAST void *sym(size_t size, const void *tag)                         \
     {                                                                              \
         void *p = fast_malloc_cached(size);                                        \
         return likely(p != NULL) ? p : sym##_slow(size, tag);                      \
@@ -122,9 +122,9 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
 
 #define DEFINE_NEW_ALIGNED_NOTHROW(sym)                                            \
     void *sym(size_t size, size_t align, const void *tag);                         \
-    SA_EXPORT_FAST void *sym(size_t size, size_t align, const void *tag)                \
+    SA_EXPORT_FAST void *sym(size_t size, size_t align, const void *tag)           \
     {                                                                              \
-        void *p = aligned_alloc(align, size);         \
+        void *p = aligned_alloc(align, size);                                      \
         if (likely(p != NULL))                                                     \
             return p;                                                              \
         static void *next;                                                         \
@@ -158,7 +158,7 @@ DEFINE_NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
 #define MACRO_COMMA ,
 #define DEFINE_DELETE_SIZED(sym, align_arg, align_value)                           \
     void sym(void *p, size_t size align_arg);                                      \
-    SA_EXPORT_FAST void sym(void *p, size_t size align_arg)                             \
+    SA_EXPORT_FAST void sym(void *p, size_t size align_arg)                        \
     {                                                                              \
         if (unlikely(opt_check))                                                   \
             free_checking_size(p, size, align_value, "operator delete");            \

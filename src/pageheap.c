@@ -272,6 +272,14 @@ void pageheap_decay(void)
     sa_unlock(&ph_lock);
 }
 
+void pageheap_decay_now(void)
+{
+    sa_lock(&ph_lock);
+    next_decay_check = 0;
+    decay_locked();
+    sa_unlock(&ph_lock);
+}
+
 /* ---- finding and carving ---- */
 
 /* The lowest set bucket >= `from` in either kind's bitmap, or 0 if none. */

@@ -102,6 +102,8 @@ size_t pageheap_purge(void);
 /* Returns the pages free for a decay time or longer, if a decay step has
  * passed since the last such pass (the background thread's tick). */
 void pageheap_decay(void);
+/* The same pass at once, whenever the last one ran (arena.<i>.decay). */
+void pageheap_decay_now(void);
 
 /* Whether a background thread runs decay (background.h): set by it, read
  * by the page heap, sampled_pages.c and prof.c, whose inline decay checks

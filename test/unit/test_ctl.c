@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../../include/salloc.h"
 #include "ctl.h"
@@ -540,6 +541,36 @@ static void test_ctl_stats_print_json(void **state)
     assert_null(strstr(cap.buf, "Begin salloc"));
 }
 
+/* arena.0.decay purges what has been free for a decay time, at once and
+ * without the page heap being used (no background thread here). */
+static void test_ctl_arena_decay_purges_aged_pages(void **state)
+{
+    (void)state;
+    ssize_t ms = 50, old_ms = 0;
+    size_t len = sizeof(old_ms);
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", &old_ms, &len, &ms, sizeof(ms)), 0);
+    enum { BLOCKS = 8, BLOCK = 1 << 20 };
+    char *block[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) {
+        block[i] = malloc(BLOCK);
+        assert_non_null(block[i]);
+        memset(block[i], 1, BLOCK);
+    }
+    for (int i = 0; i < BLOCKS; i++)
+        free(block[i]);
+    refresh();
+    size_t dirty_after_free = read_z("stats.arenas.4096.pdirty");
+    assert_true(dirty_after_free >= (size_t)BLOCKS * BLOCK / SA_PAGE_SIZE / 2);
+    struct timespec wait = {.tv_sec = 0, .tv_nsec = 150 * 1000 * 1000};
+    nanosleep(&wait, NULL); /* older than the decay time: due */
+    refresh();
+    assert_int_equal(read_z("stats.arenas.4096.pdirty"), dirty_after_free); /* nothing ran decay */
+    assert_int_equal(mallctl("arena.0.decay", NULL, NULL, NULL, 0), 0);
+    refresh();
+    assert_true(read_z("stats.arenas.4096.pdirty") < dirty_after_free / 8);
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &old_ms, sizeof(old_ms)), 0);
+}
+
 int main(void)
 {
     void *warm = malloc(1); /* the main thread gets its cache */
@@ -562,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_ctl_thread_counters),
         cmocka_unit_test(test_ctl_stats_print_text),
         cmocka_unit_test(test_ctl_stats_print_json),
+        cmocka_unit_test(test_ctl_arena_decay_purges_aged_pages),
     };
     return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
 }
