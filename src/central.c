@@ -25,8 +25,9 @@
  * thread.
  *
  * The pages of such a span carry its owner's tag (pagemap.h), so that
- * free() sends another live thread's objects back here (tcache.h, remote
- * frees) instead of letting the freeing thread reuse them.
+ * free() sends another live thread's objects back to their owner (tcache.h,
+ * remote frees and owner inboxes), or here when the owner is gone or its
+ * inbox full, instead of letting the freeing thread reuse them.
  *
  * Transfer chains.  A batch given back whole goes to the spans one object
  * at a time: a pagemap lookup, a push onto its span's list, and for a
@@ -234,8 +235,10 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
         if (!s)
             break;
         if (size <= AFFINITY_MAX_SIZE) {
-            s->owner = owner.gen;
-            s->owner_gen = owner.value;
+            /* Stored atomically: a remote free reads them without the
+             * lock, to find the owner's inbox (tcache.c). */
+            __atomic_store_n(&s->owner, owner.gen, __ATOMIC_RELAXED);
+            __atomic_store_n(&s->owner_gen, owner.value, __ATOMIC_RELAXED);
             unsigned tag = owner.gen ? owner.tag : 0;
             if (s->owner_tag != tag) {
                 s->owner_tag = (uint8_t)tag;

@@ -682,6 +682,7 @@ SA_EXPORT int malloc_trim(size_t pad)
     struct tcache *tc = init_current_cache();
     if (tc)
         tcache_flush_all(tc);
+    tcache_drain_all_inboxes();
     central_release_empty();
     size_t purged = pageheap_purge();
     purged += prof_purge_spares(); /* given back purged: before the cache's purge */

@@ -58,7 +58,9 @@ struct span {
     void *free_tail;     /* small: the freelist's last object (if it has one) */
     const uint32_t *owner; /* small: generation word of the thread cache that
                           * last took objects from it (NULL: none), and */
-    uint32_t owner_gen;  /* its value then: the owner is gone once it differs */
+    uint32_t owner_gen;  /* its value then: the owner is gone once it differs.
+                          * Both stored atomically: remote frees read them
+                          * without the lock (tcache.c, span_owner) */
     uintptr_t object;    /* sampled: the block's address: start, or further
                           * in for a guarded sample (pushed against the
                           * inaccessible page that ends its mapping) */

@@ -41,6 +41,20 @@
  * Remote objects count as cached bytes: the derivation below holds with
  * "lists" meaning both.
  *
+ * Owner inboxes.  A remote chain holds objects of one owner tag (a new tag
+ * flushes it first).  When it is flushed, it goes whole to the inbox of the
+ * cache that owns its first object's span, if that cache's thread is still
+ * there (span->owner, its incarnation), with one compare-and-swap and no
+ * lock; the owner's next refill of the class takes the whole inbox with one
+ * exchange, before it asks the central list.  So a producer and its
+ * consumer pass objects back and forth without a lock, and the objects stay
+ * out of their spans (span->allocated counts them) as they do in a cache.
+ * The central list takes the chain instead when the owner is gone or its
+ * inbox holds INBOX_MAX_BATCHES batches already (tcache.c), so an owner
+ * that stops allocating a class strands little.  Inbox objects belong to
+ * nobody's derivation below: the freeing thread's chain gave them up, and
+ * the owner's refill takes them in as it does a central batch.
+ *
  * Only the owning thread touches its cache, except: the registry links
  * (under the registry lock), and fork.c's child handler.
  */
@@ -90,12 +104,27 @@ struct tcache_prof {
 };
 
 /* Objects freed by this thread that belong to another thread's spans, on
- * their way back to the central list. */
+ * their way back to their owner's inbox or the central list. */
 struct tcache_remote {
     void *head;     /* linked through word 0 */
     void *tail;     /* the first pushed: the last of the chain */
     uint32_t count;
+    uint8_t tag;    /* the owner tag of the chain's pages (while count > 0) */
 };
+
+/* An inbox word (owner inboxes, above): the first object of a chain linked
+ * through word 0 and ending in NULL, in the low SA_ADDRESS_BITS bits, and
+ * how many objects it holds in the bits above; 0 when empty.  Objects lie
+ * below 2^SA_ADDRESS_BITS (the pagemap covers no more). */
+#define TCACHE_INBOX_PTR_MASK (((uint64_t)1 << SA_ADDRESS_BITS) - 1)
+static inline void *tcache_inbox_head(uint64_t word)
+{
+    return (void *)(uintptr_t)(word & TCACHE_INBOX_PTR_MASK);
+}
+static inline uint32_t tcache_inbox_count(uint64_t word)
+{
+    return (uint32_t)(word >> SA_ADDRESS_BITS);
+}
 
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
@@ -123,6 +152,11 @@ struct tcache {
      * Read by other threads at any time, so it is last and a new cache's
      * clearing stops before it: it survives the record's reuse. */
     uint32_t incarnation;
+    /* Owner inboxes (above), one word per class, written by other threads
+     * at any time: on lines of their own, apart from the lists free()
+     * pushes onto.  Not cleared on the record's reuse either: what a late
+     * push left there is the new thread's to take. */
+    uint64_t inbox[SA_NUM_CLASSES] SA_ALIGNED(SA_CACHELINE);
 };
 
 /* The calling thread's cache (init.c owns the TLS; initial-exec, one pointer). */
@@ -174,20 +208,25 @@ void *tcache_refill(struct tcache *tc, unsigned cls);
  * gives a batch back to the central list. */
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
 /* Slow path of free: `obj`, of class `cls`, is in a span another thread
- * owns.  Chains it for the central list (remote frees, above). */
-void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj);
+ * owns, whose pages carry owner tag `tag`.  Chains it for that thread's
+ * inbox or the central list (remote frees, above). */
+void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj, unsigned tag);
 /* An object of class `cls` back into `tc` on a slow path: onto the remote
  * chain if another thread owns its span, else onto the list, overflowing
  * if it is full (what the free fast path does, plus its exits). */
 void tcache_put(struct tcache *tc, unsigned cls, void *obj);
-/* Gives every cached object back (thread.tcache.flush, malloc_trim). */
+/* Gives every cached object back, the inboxes' included (thread.tcache.flush,
+ * malloc_trim). */
 void tcache_flush_all(struct tcache *tc);
+/* Gives what every thread's inboxes hold back to the central lists, the
+ * records of exited threads included (malloc_trim). */
+void tcache_drain_all_inboxes(void);
 
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);
 /* thread.deallocated of `tc`'s thread, given its thread.allocated. */
 uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated);
-/* Bytes cached by all threads (stats). */
+/* Bytes cached by all threads, their inboxes' included (stats). */
 size_t tcache_all_cached_bytes(void);
 
 /* Checks a cache's lists against their counts (tests, SA_DEBUG). */

@@ -317,21 +317,216 @@ static void *free_few_then_flush(void *arg)
     return NULL;
 }
 
-/* Fewer remote frees than a batch wait on the chain, counted as cached,
- * and thread.tcache.flush gives them back to the central list. */
+/* Objects in the inbox of class `cls` of cache `tc`. */
+static uint32_t inbox_count(const struct tcache *tc, unsigned cls)
+{
+    return tcache_inbox_count(__atomic_load_n(&tc->inbox[cls], __ATOMIC_ACQUIRE));
+}
+
+/* Fewer remote frees than a batch wait on the chain, counted as cached;
+ * thread.tcache.flush hands them to their owner's inbox (this thread is
+ * alive), and this thread's own flush gives its inbox to the central list. */
 static void test_tcache_remote_chain_is_flushed(void **state)
 {
     (void)state;
     struct few_remote f = {.cls = sizeclass_of(48)};
     for (int i = 0; i < 3; i++)
         f.objs[i] = malloc(48);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
     f.start = central_allocated(f.cls);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, free_few_then_flush, &f), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(f.chained, 3);
     assert_int_equal(f.held, f.start);
-    assert_int_equal(f.after_flush, f.start - 3);
+    assert_int_equal(f.after_flush, f.start);
+    assert_int_equal(inbox_count(tcache_get(), f.cls), 3);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(inbox_count(tcache_get(), f.cls), 0);
+    assert_int_equal(central_allocated(f.cls), f.start - 3);
+}
+
+/* ---- owner inboxes (tcache.h) ---- */
+
+#define OWNED_MAX 1024
+
+/* A thread that allocates `n` objects of `size` bytes, publishes them and
+ * its cache, and lives until the test lets it go. */
+struct owner {
+    size_t size;
+    unsigned n;
+    void *objs[OWNED_MAX];
+    struct tcache *tc;
+    pthread_barrier_t ready, done;
+    pthread_t tid;
+};
+
+static void *owner_body(void *arg)
+{
+    struct owner *o = arg;
+    for (unsigned i = 0; i < o->n; i++)
+        o->objs[i] = malloc(o->size);
+    o->tc = tcache_get();
+    pthread_barrier_wait(&o->ready);
+    pthread_barrier_wait(&o->done);
+    return NULL;
+}
+
+static void owner_start(struct owner *o, size_t size, unsigned n)
+{
+    o->size = size;
+    o->n = n;
+    assert_int_equal(pthread_barrier_init(&o->ready, NULL, 2), 0);
+    assert_int_equal(pthread_barrier_init(&o->done, NULL, 2), 0);
+    assert_int_equal(pthread_create(&o->tid, NULL, owner_body, o), 0);
+    pthread_barrier_wait(&o->ready);
+}
+
+static void owner_end(struct owner *o)
+{
+    pthread_barrier_wait(&o->done);
+    assert_int_equal(pthread_join(o->tid, NULL), 0);
+    pthread_barrier_destroy(&o->ready);
+    pthread_barrier_destroy(&o->done);
+}
+
+static bool test_prof_active(bool on)
+{
+    bool old;
+    size_t len = sizeof(old);
+    assert_int_equal(mallctl("prof.active", &old, &len, &on, sizeof(on)), 0);
+    return old;
+}
+
+/* Frees objs[0..n) on a thread of its own, which then exits. */
+struct free_job {
+    void **objs;
+    unsigned n;
+};
+
+static void *free_job_body(void *arg)
+{
+    struct free_job *job = arg;
+    for (unsigned i = 0; i < job->n; i++)
+        free(job->objs[i]);
+    return NULL;
+}
+
+static void free_elsewhere(void **objs, unsigned n)
+{
+    struct free_job job = {objs, n};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_job_body, &job), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* A batch freed by another thread goes whole into its owner's inbox, past
+ * the central list; the owner's exit gives it back to the central list. */
+static void test_tcache_remote_batch_goes_to_owners_inbox(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(48), batch = sizeclass_batch(cls);
+    struct owner o;
+    owner_start(&o, 48, batch);
+    size_t start = central_allocated(cls);
+    for (unsigned i = 0; i < batch; i++)
+        free(o.objs[i]); /* the chain's batch is flushed on the last */
+    assert_int_equal(tcache_get()->remote[cls].count, 0);
+    assert_int_equal(inbox_count(o.tc, cls), batch);
+    assert_int_equal(central_allocated(cls), start);
+    owner_end(&o);
+    assert_int_equal(inbox_count(o.tc, cls), 0);
+    assert_true(central_allocated(cls) <= start - batch);
+}
+
+/* The owner's refill takes its whole inbox before it asks the central
+ * list: the objects it gets next are the ones it handed away. */
+static void test_tcache_refill_takes_the_inbox_first(void **state)
+{
+    (void)state;
+    bool was_active = test_prof_active(false); /* no proxies: the list holds what malloc got */
+    unsigned cls = sizeclass_of(48), batch = sizeclass_batch(cls);
+    struct tcache *me = tcache_get();
+    static void *mine[OWNED_MAX], *handed[OWNED_MAX];
+    unsigned n = 0;
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    for (unsigned i = 0; i < batch; i++)
+        handed[i] = malloc(48);
+    size_t start = central_allocated(cls);
+    free_elsewhere(handed, batch);
+    assert_int_equal(inbox_count(me, cls), batch);
+    while (me->bins[cls].head) /* empty the list: the next malloc refills */
+        mine[n++] = malloc(48);
+    void *p = malloc(48);
+    assert_int_equal(inbox_count(me, cls), 0);
+    assert_int_equal(central_allocated(cls), start);
+    assert_int_equal(tcache_bin_count(&me->bins[cls]), batch - 1);
+    bool found = false;
+    for (unsigned i = 0; i < batch; i++)
+        found |= handed[i] == p;
+    assert_true(found);
+    free(p);
+    for (unsigned i = 0; i < n; i++)
+        free(mine[i]);
+    test_prof_active(was_active);
+}
+
+/* An inbox holds at most 32 KiB (INBOX_BYTES): more goes to the central
+ * list, so an owner that stops allocating a class strands little. */
+static void test_tcache_inbox_is_bounded(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(256), n = 10 * sizeclass_batch(cls);
+    assert_true(n <= OWNED_MAX && (size_t)n * 256 > ((size_t)32 << 10));
+    struct owner o;
+    owner_start(&o, 256, n);
+    size_t start = central_allocated(cls);
+    for (unsigned i = 0; i < n; i++)
+        free(o.objs[i]);
+    uint32_t kept = inbox_count(o.tc, cls);
+    assert_true(kept >= sizeclass_batch(cls));
+    assert_true((size_t)kept * 256 <= ((size_t)32 << 10));
+    assert_int_equal(central_allocated(cls), start - (n - kept));
+    owner_end(&o);
+}
+
+/* A remote chain holds one owner's objects: another owner's object flushes
+ * it to the first owner's inbox. */
+static void test_tcache_remote_chain_has_one_owner(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(48);
+    struct owner a, b;
+    owner_start(&a, 48, 2);
+    owner_start(&b, 48, 1);
+    free(a.objs[0]);
+    free(a.objs[1]);
+    assert_int_equal(tcache_get()->remote[cls].count, 2);
+    free(b.objs[0]);
+    assert_int_equal(tcache_get()->remote[cls].count, 1);
+    assert_int_equal(inbox_count(a.tc, cls), 2);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(inbox_count(b.tc, cls), 1);
+    owner_end(&a);
+    owner_end(&b);
+}
+
+/* malloc_trim gives every live thread's inbox to the central list, and
+ * stats count inbox objects as cached, not allocated. */
+static void test_tcache_trim_drains_inboxes(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(48), batch = sizeclass_batch(cls);
+    struct owner o;
+    owner_start(&o, 48, batch);
+    size_t start = central_allocated(cls), cached_before = tcache_all_cached_bytes();
+    free_elsewhere(o.objs, batch);
+    assert_int_equal(inbox_count(o.tc, cls), batch);
+    assert_int_equal(tcache_all_cached_bytes() - cached_before, (size_t)batch * 48);
+    malloc_trim(0);
+    assert_int_equal(inbox_count(o.tc, cls), 0);
+    assert_int_equal(central_allocated(cls), start - batch);
+    owner_end(&o);
 }
 
 /* ---- thread.deallocated (derived: tcache.h) ---- */
@@ -459,6 +654,11 @@ int main(void)
         cmocka_unit_test(test_tcache_remote_frees_do_not_share_lines),
         cmocka_unit_test(test_tcache_remote_proxies_go_back),
         cmocka_unit_test(test_tcache_remote_chain_is_flushed),
+        cmocka_unit_test(test_tcache_remote_batch_goes_to_owners_inbox),
+        cmocka_unit_test(test_tcache_refill_takes_the_inbox_first),
+        cmocka_unit_test(test_tcache_inbox_is_bounded),
+        cmocka_unit_test(test_tcache_remote_chain_has_one_owner),
+        cmocka_unit_test(test_tcache_trim_drains_inboxes),
         cmocka_unit_test(test_tcache_deallocated_is_exact),
     };
     return cmocka_run_group_tests_name("tcache", tests, NULL, NULL);
