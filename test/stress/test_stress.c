@@ -1033,19 +1033,26 @@ static void *pc_producer(void *arg)
     return NULL;
 }
 
+/* Verifies and frees a batch's objects, then the batch; returns how many
+ * objects it held (0: the end of the stream). */
+static int pc_release_batch(pc_batch_t *b, const char *who)
+{
+    int n = b->n;
+    for (int i = 0; i < n; i++) {
+        obj_t o = { .p = b->p[i], .size = b->size[i], .tag = b->tag[i],
+                    .align = 1, .owner = -2, .used = true };
+        obj_release(who, &o, "consumer free");
+    }
+    free(b);
+    return n;
+}
+
 static void *pc_consumer(void *arg)
 {
     (void)arg;
     for (;;) {
-        pc_batch_t *b = pc_pop();
-        int n = b->n;
-        for (int i = 0; i < n; i++) {
-            obj_t o = { .p = b->p[i], .size = b->size[i], .tag = b->tag[i],
-                        .align = 1, .owner = -2, .used = true };
-            obj_release("consumer", &o, "consumer free");
-            g_pc.consumed++;   /* only this thread writes it */
-        }
-        free(b);
+        int n = pc_release_batch(pc_pop(), "consumer");
+        g_pc.consumed += n;   /* only this thread writes it */
         if (n == 0)
             return NULL;
     }
@@ -1119,18 +1126,9 @@ static void *hx_producer(void *arg)
 static void *hx_consumer(void *arg)
 {
     (void)arg;
-    for (;;) {
-        pc_batch_t *b = pc_pop();
-        int n = b->n;
-        for (int i = 0; i < n; i++) {
-            obj_t o = { .p = b->p[i], .size = b->size[i], .tag = b->tag[i],
-                        .align = 1, .owner = -2, .used = true };
-            obj_release("hand-off consumer", &o, "consumer free");
-        }
-        free(b);
-        if (n == 0)
-            return NULL;
-    }
+    while (pc_release_batch(pc_pop(), "hand-off consumer") != 0)
+        ;
+    return NULL;
 }
 
 /* salloc's, when it is preloaded (the test runs under other allocators too). */
