@@ -160,7 +160,7 @@ static uint32_t inbox_cap(unsigned cls)
 /* Pushes `n` objects of class `cls`, chained from head to tail, onto the
  * inbox of `owner` (one compare-and-swap, the release that publishes their
  * links); false, and nothing changed, if that would put more than
- * INBOX_MAX_BATCHES batches there. */
+ * inbox_cap() objects there. */
 static bool inbox_push(struct tcache *owner, unsigned cls, void *head, void *tail, uint32_t n)
 {
     uint64_t *box = &owner->inbox[cls], old = __atomic_load_n(box, __ATOMIC_RELAXED), word;

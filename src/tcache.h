@@ -50,13 +50,14 @@
  * consumer pass objects back and forth without a lock, and the objects stay
  * out of their spans (span->allocated counts them) as they do in a cache.
  * The central list takes the chain instead when the owner is gone or its
- * inbox holds INBOX_MAX_BATCHES batches already (tcache.c), so an owner
- * that stops allocating a class strands little.  Inbox objects belong to
+ * inbox is full (tcache.c: at most 8 batches and 32 KiB a class), so an
+ * owner that stops allocating a class strands little.  Inbox objects belong to
  * nobody's derivation below: the freeing thread's chain gave them up, and
  * the owner's refill takes them in as it does a central batch.
  *
  * Only the owning thread touches its cache, except: the registry links
- * (under the registry lock), and fork.c's child handler.
+ * (under the registry lock), the inboxes (atomically, by any thread), and
+ * fork.c's child handler.
  */
 #ifndef SA_TCACHE_H
 #define SA_TCACHE_H
