@@ -55,6 +55,23 @@ static void test_sizeclass_span_tail_at_most_one_eighth(void **state)
     }
 }
 
+/* Each span is the smallest that holds two objects (or 256 KiB, at least
+ * a page) with a tail of at most 1/8: a page less would break one of the
+ * two.  Spans sized for more objects let a few live objects of a big class
+ * pin more free ones (size_classes/README.md). */
+static void test_sizeclass_spans_are_the_smallest_for_two_objects(void **state)
+{
+    (void)state;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        size_t size = sizeclass_size(cls), want = 2 * size < SA_MAX_SMALL ? 2 * size : SA_MAX_SMALL;
+        if (want < SA_PAGE_SIZE)
+            want = SA_PAGE_SIZE;
+        size_t span = sizeclass_pages(cls) * SA_PAGE_SIZE, less = span - SA_PAGE_SIZE;
+        assert_true(span >= want);
+        assert_true(less < want || (less % size) * 8 > less);
+    }
+}
+
 /* The lookup is one load: the byte table covers 0..SA_BYTE_LOOKUP_MAX, the
  * granule table every size above it up to SA_MAX_SMALL, and both agree with
  * each other where they overlap (sizes that are multiples of a granule). */
@@ -164,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_sizeclass_sizes_ascend_and_align),
         cmocka_unit_test(test_sizeclass_waste_at_most_one_eighth_above_128),
         cmocka_unit_test(test_sizeclass_span_tail_at_most_one_eighth),
+        cmocka_unit_test(test_sizeclass_spans_are_the_smallest_for_two_objects),
         cmocka_unit_test(test_sizeclass_lookup_is_a_table),
         cmocka_unit_test(test_sizeclass_aligned_classes),
         cmocka_unit_test(test_sizeclass_regeneration_changes_nothing),
