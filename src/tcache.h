@@ -223,6 +223,11 @@ void tcache_flush_all(struct tcache *tc);
  * records of exited threads included (malloc_trim). */
 void tcache_drain_all_inboxes(void);
 
+/* The most objects a list of class `cls` may hold (tcache.c's limits):
+ * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than
+ * a batch. */
+uint32_t tcache_class_cap(unsigned cls);
+
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);
 /* thread.deallocated of `tc`'s thread, given its thread.allocated. */

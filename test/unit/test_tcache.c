@@ -88,8 +88,8 @@ static void test_tcache_overflow_flushes_and_limits_adapt(void **state)
 }
 
 /* A cache holding more than its budget gives half of it back.  Every class
- * from 8 KiB up filled to its own cap would hold about 10 MiB; the 4 MiB
- * whole-cache budget (checked every 64 slow events) must keep it far lower. */
+ * from 8 KiB up filled to its own cap would hold about 7 MiB; the 4 MiB
+ * whole-cache budget (checked every 64 slow events) must keep it lower. */
 static void test_tcache_whole_cache_budget(void **state)
 {
     (void)state;
@@ -98,15 +98,47 @@ static void test_tcache_whole_cache_budget(void **state)
     size_t uncapped = 0, n = 0;
     void **objs = malloc((SA_NUM_CLASSES - first) * per_class * sizeof(void *));
     for (unsigned cls = first; cls < SA_NUM_CLASSES; cls++) {
-        uncapped += ((256u << 10) > 2 * sizeclass_size(cls) ? (256u << 10) : 2 * sizeclass_size(cls));
+        uncapped += tcache_class_cap(cls) * sizeclass_size(cls);
         for (unsigned i = 0; i < per_class; i++)
             objs[n++] = cache_malloc(tc, cls);
     }
-    assert_true(uncapped >= (size_t)9 << 20);
+    assert_true(uncapped >= (size_t)6 << 20);
     for (size_t i = 0; i < n; i++)
         cache_free(tc, objs[i]);
-    assert_true(tcache_cached_bytes(tc) <= (size_t)6 << 20);
+    assert_true(tcache_cached_bytes(tc) <= (size_t)5 << 20);
     tcache_check(tc);
+    tcache_destroy(tc);
+    free(objs);
+}
+
+/* A list's max grows with its refills up to its class's cap: 256 KiB worth
+ * of objects up to 1 KiB, but only 64 KiB (a batch) of bigger ones, which
+ * a program takes few of at a time and which would otherwise sit idle in
+ * every thread's cache. */
+static void test_tcache_big_classes_cache_a_batch(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_create();
+    const size_t sizes[] = {1024, 1152, 4096, 16384, 65536};
+    enum { N = 600 };
+    void **objs = malloc(N * sizeof(void *));
+    for (unsigned k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        unsigned cls = sizeclass_of(sizes[k]);
+        size_t size = sizeclass_size(cls), batch = sizeclass_batch(cls);
+        for (unsigned i = 0; i < N; i++)
+            objs[i] = cache_malloc(tc, cls);
+        size_t max = tc->bins[cls].max;
+        assert_int_equal(max, tcache_class_cap(cls));
+        if (size <= 1024)
+            assert_true(max * size >= (size_t)200 << 10);
+        else
+            assert_true(max * size <= (size_t)64 << 10 || max == batch);
+        for (unsigned i = 0; i < N; i++) {
+            cache_free(tc, objs[i]);
+            assert_true(tcache_bin_count(&tc->bins[cls]) <= tcache_class_cap(cls));
+        }
+        tcache_check(tc);
+    }
     tcache_destroy(tc);
     free(objs);
 }
@@ -648,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_tcache_refill_slow_starts_to_a_batch),
         cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
         cmocka_unit_test(test_tcache_whole_cache_budget),
+        cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
         cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
