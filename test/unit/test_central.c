@@ -316,6 +316,26 @@ static void test_central_transfer_chains_are_capped(void **state)
     free(objs);
 }
 
+/* Classes above 1 KiB keep one batch (64 KiB) as a chain at most, up to
+ * 1 KiB as many as fit in 128 KiB: bigger objects rarely cross threads in
+ * numbers, and idle chains of every class hold memory nobody else can use. */
+static void test_central_big_classes_keep_one_chain(void **state)
+{
+    (void)state;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        size_t size = sizeclass_size(cls), batch_bytes = size * sizeclass_batch(cls);
+        unsigned slots = central_xfer_slots(cls);
+        if (size <= 256)
+            assert_int_equal(slots, 0);
+        else if (size <= 1024)
+            assert_true(slots >= 2 && slots * batch_bytes <= (128 << 10));
+        else
+            assert_int_equal(slots, batch_bytes <= (64 << 10) ? 1 : 0);
+    }
+    assert_int_equal(central_xfer_slots(sizeclass_of(4096)), 1);
+    assert_int_equal(central_xfer_slots(sizeclass_of(65536)), 0);
+}
+
 /* Classes that keep to their owners' spans keep no chain: a batch goes
  * back to its spans, where only its owner takes it again. */
 static void test_central_owned_classes_keep_no_chain(void **state)
@@ -445,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_central_keeps_a_batch_given_back_whole),
         cmocka_unit_test(test_central_transfer_chains_are_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_chain),
+        cmocka_unit_test(test_central_big_classes_keep_one_chain),
         cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
         cmocka_unit_test(test_central_runs_of_one_span_go_back_whole),
     };
