@@ -44,7 +44,19 @@ enum { RULE_EMPTY = 0, RULE_FRAME = 1, RULE_END = 2, RULE_GIVE_UP = 3, RULE_SIGN
 #define DW_REG_RSP 7
 #define DW_REG_RA 16
 
-static struct unwind_stats stats; /* relaxed atomics */
+static struct unwind_stats stats; /* relaxed atomics; replays below */
+
+/* Replays, counted in stripes on cache lines of their own, a thread's
+ * stripe picked by its memo's address: every sample replays, and one word
+ * all sampling threads wrote moved its line from core to core at each
+ * sample.  Two threads sampling every 8th 64-byte allocation on two cores:
+ * 2.2 ns an allocation faster (median of 11 paired rounds, 9 faster), for
+ * 8 more instructions a sample. */
+#define REPLAY_STRIPE_BITS 6
+#define REPLAY_STRIPES (1u << REPLAY_STRIPE_BITS)
+SA_BSS_APART static struct {
+    uint64_t n;
+} SA_ALIGNED(SA_CACHELINE) replays[REPLAY_STRIPES];
 
 static void count(uint64_t *counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
 
@@ -1076,9 +1088,10 @@ static void replayed(struct unwind_memo *m)
 {
     m->last = UNWIND_MEMO_REPLAYED;
     /* Not a locked add (one per sample, where the rest of a replay is a
-     * few dozen instructions): a statistic may miss a concurrent count. */
-    __atomic_store_n(&stats.replays, __atomic_load_n(&stats.replays, __ATOMIC_RELAXED) + 1,
-                     __ATOMIC_RELAXED);
+     * few dozen instructions): a statistic may miss a count of another
+     * thread whose memo shares the stripe. */
+    uint64_t *n = &replays[((uintptr_t)m >> 6) * 0x9E3779B97F4A7C15ull >> (64 - REPLAY_STRIPE_BITS)].n;
+    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 bool unwind_memo_replays(const struct unwind_from *from, unsigned max)
@@ -1178,7 +1191,9 @@ void unwind_get_stats(struct unwind_stats *st)
     st->misses = __atomic_load_n(&stats.misses, __ATOMIC_RELAXED);
     st->stale = __atomic_load_n(&stats.stale, __ATOMIC_RELAXED);
     st->objects = __atomic_load_n(&stats.objects, __ATOMIC_RELAXED);
-    st->replays = __atomic_load_n(&stats.replays, __ATOMIC_RELAXED);
+    st->replays = 0;
+    for (unsigned i = 0; i < REPLAY_STRIPES; i++)
+        st->replays += __atomic_load_n(&replays[i].n, __ATOMIC_RELAXED);
     st->cache_entries = 1u << __atomic_load_n(&cache_bits, __ATOMIC_RELAXED);
 }
 
