@@ -195,13 +195,23 @@ SA_SLOW_PATH void *malloc_slow(size_t size)
  * a pointer salloc did not return. */
 static void free_not_small(void *p, const char *fn)
 {
+    struct tcache *tc = init_current_cache();
     struct span *s = pageheap_sampled_span(p);
     size_t usable;
     if (s) {
         void *proxy;
         usable = prof_free_sampled(s, &proxy);
-        if (proxy)
-            release_proxy(proxy);
+        if (proxy) {
+            /* The proxy is of the block's own class (alloc_sampled): its
+             * push counts this free in thread.deallocated as a list push
+             * counts any free, with no adjustment either way. */
+            unsigned cls = pagemap_class_of(proxy);
+            if (tc)
+                tcache_put(tc, cls, proxy);
+            else
+                central_free_batch(cls, proxy, proxy, 1);
+            return;
+        }
     } else {
         struct span *large = pageheap_large_span(p);
         if (large && large->sample)
@@ -209,7 +219,6 @@ static void free_not_small(void *p, const char *fn)
         if (!(usable = pageheap_free_large(p)))
             invalid_pointer(fn, p);
     }
-    struct tcache *tc = init_current_cache();
     if (tc)
         tc->dealloc_adjust += usable; /* a user free that no list saw */
 }
