@@ -9,11 +9,13 @@
  *         remote frees).
  *         thread.deallocated costs nothing here: it is derived (tcache.h).
  *
- * Each leaves for one out-of-line slow function (malloc.c):
- *   - malloc: the size is not small, the list is empty (including the
- *     thread that has no cache yet: it points at tcache_empty, see
- *     tcache.h), or the allocation is due for sampling (the counter would
- *     go negative; it is left uncharged for the slow path to account);
+ * Each leaves for out-of-line slow functions (malloc.c):
+ *   - malloc: to malloc_slow if the size is not small or the list is empty
+ *     (including the thread that has no cache yet: it points at
+ *     tcache_empty, see tcache.h); to malloc_sample_due if the allocation
+ *     is due for sampling (the counter would go negative; it is left
+ *     uncharged for the slow path to account), which takes the sample's
+ *     proxy from the list without looking anything up again;
  *   - free: the list has no room, which also covers class 0 (large, NULL,
  *     invalid or foreign pointers: bins[0].room is always 0) and the thread
  *     with no cache; or the page's owner tag is another thread's.
@@ -28,6 +30,14 @@
 #include "tcache.h"
 
 void *malloc_slow(size_t size);
+/* malloc's list of the class of `size` (small) holds an object, but the
+ * allocation is due for the sampler (the counter, not charged, would go
+ * negative): the sampler's accounting, then a sample whose proxy is the
+ * list's first object, or that object itself if it is not sampled (a
+ * check-in) or cannot be recorded.  Tail-called, so that a sample's stack
+ * starts at malloc's caller; the class is looked up again there, so that
+ * malloc's common case keeps no register for it. */
+void *malloc_sample_due(size_t size);
 void free_slow(void *p, unsigned cls);
 /* A sized free under opt.check (conf.h): its size (and alignment, 0 if
  * none) must be what the block at `p` was asked for, else it aborts naming
@@ -52,28 +62,44 @@ SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
     return tcache_bin_pop(bin, obj);
 }
 
-/* fast_malloc without its way out: NULL (nothing changed) where
- * fast_malloc would call malloc_slow.  For callers that do more than
- * return malloc_slow's result (operator new), so that their common case
- * makes no call and saves no register. */
-SA_FAST_PATH void *fast_malloc_cached(size_t size)
+/* The class of a small request, 0 for a larger one: one table load up to
+ * 1 KiB. */
+SA_FAST_PATH unsigned small_class_of(size_t size)
 {
-    unsigned cls;
     if (likely(size <= SA_BYTE_LOOKUP_MAX))
-        cls = sa_class_by_byte[size];
-    else if (size <= SA_MAX_SMALL)
-        cls = sizeclass_of_medium(size);
-    else
-        return NULL;
-    return tcache_alloc_fast(cls);
+        return sa_class_by_byte[size];
+    if (likely(size <= SA_MAX_SMALL))
+        return sizeclass_of_medium(size);
+    return 0;
 }
 
+/* fast_malloc without its ways out: NULL (nothing changed) where
+ * fast_malloc would call malloc_slow or malloc_sample_due.  For callers
+ * that do more than return their result (operator new), so that their
+ * common case makes no call and saves no register. */
+SA_FAST_PATH void *fast_malloc_cached(size_t size)
+{
+    unsigned cls = small_class_of(size);
+    return likely(cls != 0) ? tcache_alloc_fast(cls) : NULL;
+}
+
+/* tcache_alloc_fast with its two ways out apart: an empty list (or no
+ * small class, or no cache) to malloc_slow, an allocation due for the
+ * sampler to malloc_sample_due, which knows the class and finds the
+ * sample's proxy on the list: none of the slow path's lookups again. */
 SA_FAST_PATH void *fast_malloc(size_t size)
 {
-    void *obj = fast_malloc_cached(size);
-    if (likely(obj != NULL))
-        return obj;
-    return malloc_slow(size);
+    unsigned cls = small_class_of(size);
+    struct tcache *tc = tcache_get();
+    struct tcache_bin *bin = &tc->bins[cls];
+    void *obj = bin->head; /* class 0's list is always empty */
+    if (unlikely(obj == NULL))
+        return malloc_slow(size);
+    int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
+    if (unlikely(left < 0))
+        return malloc_sample_due(size);
+    tc->bytes_until_sample = left;
+    return tcache_bin_pop(bin, obj);
 }
 
 SA_FAST_PATH void fast_free(void *p)

@@ -32,6 +32,7 @@
 #include "os.h"
 #include "dump.h"
 #include "pageheap.h"
+#include "prof.h"
 #include "sampled_pages.h"
 #include "sampler.h"
 #include "unwind.h"
@@ -189,6 +190,33 @@ SA_SLOW_PATH static void *alloc_slow(size_t size, size_t align, bool *zeroed)
 SA_SLOW_PATH void *malloc_slow(size_t size)
 {
     return alloc_slow(size, 1, NULL);
+}
+
+/* fastpath.h.  Under opt.check the counter is always due (a window of 0
+ * bytes): alloc_slow then does what opt.check asks of every allocation.
+ * With guarded samples possible, alloc_decided makes the guard's draw, once,
+ * and places the sample.  Otherwise the proxy is the list's first object
+ * (the list is not empty): its pop and the user's allocation, both of the
+ * class's size, leave thread.deallocated's adjustment where it was. */
+SA_SLOW_PATH void *malloc_sample_due(size_t size)
+{
+    if (unlikely(opt_check))
+        return alloc_slow(size, 1, NULL);
+    struct tcache *tc = tcache_get();
+    struct tcache_bin *bin = &tc->bins[small_class_of(size)];
+    uint64_t rate = sampler_account(tc, bin->size);
+    if (likely(rate == 0)) /* a check-in, or a chunk of a long interval */
+        return tcache_bin_pop(bin, bin->head);
+    struct unwind_from from = UNWIND_FROM_HERE();
+    if (unlikely(opt_prof_guard || opt_lg_prof_guard_every >= 0)) {
+        struct request r;
+        request_for(size, 1, &r); /* a small size: cannot fail */
+        return alloc_decided(tc, &r, 1, rate, NULL, &from);
+    }
+    void *proxy = tcache_bin_pop(bin, bin->head);
+    bool zeroed;
+    void *p = prof_alloc_sampled(tc, bin->size, 1, rate, proxy, false, &zeroed, &from);
+    return p ? p : proxy; /* not recorded: served unsampled, by the proxy */
 }
 
 /* Frees what is not a small object: a sampled allocation, a large one, or

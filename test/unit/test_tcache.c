@@ -323,6 +323,66 @@ static void test_tcache_remote_proxies_go_back(void **state)
     assert_int_equal(h.chained, 1);
 }
 
+/* A malloc due for sampling whose list is not empty (malloc_sample_due,
+ * fastpath.h): the sample's proxy is the list's first object, and the free
+ * gives it back to the list; a due allocation that cannot be recorded (the
+ * thread is inside the profiler) is served by that first object itself,
+ * unsampled.  thread.allocated and thread.deallocated count each block
+ * once, whichever way. */
+struct due_from_list {
+    bool sampled, proxy_popped, proxy_back, unrecorded_is_head, unrecorded_unsampled;
+    uint64_t allocated, deallocated;
+};
+
+static void *sample_due_from_list(void *arg)
+{
+    struct due_from_list *r = arg;
+    /* Sampled too: the first makes the thread's cache and refills the
+     * list, the frees give the proxies back (a few, within the list's
+     * starting max). */
+    void *warm[2] = {malloc(64), malloc(64)};
+    free(warm[0]);
+    free(warm[1]);
+    struct tcache_bin *bin = &tcache_get()->bins[sizeclass_of(64)];
+    uint64_t allocated = prof_thread_allocated(), deallocated = prof_thread_deallocated();
+    uint32_t listed = tcache_bin_count(bin);
+    void *second = listed >= 2 ? *(void **)bin->head : NULL;
+    void *p = malloc(64);
+    r->sampled = prof_is_sampled(p);
+    r->proxy_popped = listed >= 2 && tcache_bin_count(bin) == listed - 1 && bin->head == second;
+    free(p);
+    r->proxy_back = tcache_bin_count(bin) == listed;
+    void *head = bin->head;
+    tcache_get()->prof.in_prof = true;
+    p = malloc(64);
+    tcache_get()->prof.in_prof = false;
+    r->unrecorded_is_head = head != NULL && p == head;
+    r->unrecorded_unsampled = !prof_is_sampled(p);
+    free(p);
+    r->allocated = prof_thread_allocated() - allocated;
+    r->deallocated = prof_thread_deallocated() - deallocated;
+    return NULL;
+}
+
+static void test_tcache_sample_due_takes_its_proxy_from_the_list(void **state)
+{
+    (void)state;
+    size_t saved = prof_lg_sample_get();
+    prof_lg_sample_set(0); /* R = 1 byte: every 64-byte block is due */
+    struct due_from_list r = {0};
+    pthread_t t; /* a new thread starts with the new rate */
+    assert_int_equal(pthread_create(&t, NULL, sample_due_from_list, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    prof_lg_sample_set(saved);
+    assert_true(r.sampled);
+    assert_true(r.proxy_popped);
+    assert_true(r.proxy_back);
+    assert_true(r.unrecorded_is_head);
+    assert_true(r.unrecorded_unsampled);
+    assert_int_equal(r.allocated, 2 * 64);
+    assert_int_equal(r.deallocated, 2 * 64);
+}
+
 struct few_remote {
     void *objs[3];
     unsigned cls;
@@ -686,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
         cmocka_unit_test(test_tcache_remote_frees_do_not_share_lines),
         cmocka_unit_test(test_tcache_remote_proxies_go_back),
+        cmocka_unit_test(test_tcache_sample_due_takes_its_proxy_from_the_list),
         cmocka_unit_test(test_tcache_remote_chain_is_flushed),
         cmocka_unit_test(test_tcache_remote_batch_goes_to_owners_inbox),
         cmocka_unit_test(test_tcache_refill_takes_the_inbox_first),
