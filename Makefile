@@ -161,7 +161,7 @@ test/bin/cxx_threads: test/integration/cxx_threads.cc | test/bin
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
 
 test/bin/cxx_new_check: test/integration/cxx_new_check.cc | test/bin
-	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
 
 # ThreadSanitizer: tsan replaces the process's malloc, so salloc is built
 # into the test under other names (sa_tsan_malloc, ...) and the stress test's

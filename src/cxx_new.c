@@ -65,13 +65,13 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
     }
 }
 
-/* One operator new: the cached case, else malloc's slow path, then the
+/* One operator new: the cached case, else malloc_not_cached, then the
  * next definition on failure.  The slow part is a function of its own,
  * tail-called, so that the cached case saves no register. */
 #define DEFINE_NEW(sym, nothrow)                                                   \
     SA_SLOW_PATH static void *sym##_slow(size_t size)                              \
     {                                                                              \
-        void *p = malloc_slow(size);                                               \
+        void *p = malloc_not_cached(size);                                         \
         if (likely(p != NULL))                                                     \
             return p;                                                              \
         static void *next;                                                         \
@@ -105,7 +105,7 @@ SA_SLOW_PATH static void *retry_with_handler(size_t size, size_t align, int noth
 #define DEFINE_NEW_NOTHROW(sym)                                                    \
     SA_SLOW_PATH static void *sym##_slow(size_t size, const void *tag)             \
     {                                                                              \
-        void *p = malloc_slow(size);                                               \
+        void *p = malloc_not_cached(size);                                         \
         if (likely(p != NULL))                                                     \
             return p;                                                              \
         static void *next;                                                         \

@@ -83,6 +83,18 @@ SA_FAST_PATH void *fast_malloc_cached(size_t size)
     return likely(cls != 0) ? tcache_alloc_fast(cls) : NULL;
 }
 
+/* Where fast_malloc would have gone when fast_malloc_cached gave NULL: the
+ * list of the size's class holds an object only if the allocation was due
+ * for sampling.  For callers that are not tail calls from the entry point
+ * (operator new checks the result): their samples' walks start inside
+ * salloc, whose frames the stack leaves out anyway. */
+SA_FAST_PATH void *malloc_not_cached(size_t size)
+{
+    if (tcache_get()->bins[small_class_of(size)].head)
+        return malloc_sample_due(size);
+    return malloc_slow(size);
+}
+
 /* tcache_alloc_fast with its two ways out apart: an empty list (or no
  * small class, or no cache) to malloc_slow, an allocation due for the
  * sampler to malloc_sample_due, which knows the class and finds the

@@ -4,6 +4,7 @@
 // exits 1 on the first failure.  With salloc preloaded (argument "salloc")
 // it also checks that the operators are salloc's own (src/cxx_new.c).
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -51,6 +52,75 @@ std::string defined_in(void *f)
     return dladdr(f, &info) && info.dli_fname ? info.dli_fname : "?";
 }
 
+// salloc's mallctl, looked up at run time (the program also runs without
+// salloc).
+using MallctlFn = int (*)(const char *, void *, std::size_t *, void *, std::size_t);
+
+template <typename T> T read_ctl(MallctlFn ctl, const char *name)
+{
+    T v{};
+    std::size_t len = sizeof v;
+    if (ctl(name, &v, &len, nullptr, 0) != 0)
+        std::abort();
+    return v;
+}
+
+struct SampledNews {
+    MallctlFn ctl;
+    std::uint64_t allocated, deallocated;
+    std::size_t sampled, left;
+};
+
+// In a thread of its own, which starts with the rate just set: 50 blocks
+// of new[], every one due for a sample (R = 1 byte), then deleted.
+void *sampled_news(void *arg)
+{
+    auto *r = static_cast<SampledNews *>(arg);
+    enum { N = 50 };
+    char *blocks[N];
+    std::uint64_t a0 = read_ctl<std::uint64_t>(r->ctl, "thread.allocated");
+    std::uint64_t d0 = read_ctl<std::uint64_t>(r->ctl, "thread.deallocated");
+    std::size_t s0 = read_ctl<std::size_t>(r->ctl, "prof.sample_count");
+    for (int i = 0; i < N; i++) {
+        blocks[i] = new char[64];
+        blocks[i][63] = 1;
+    }
+    r->sampled = read_ctl<std::size_t>(r->ctl, "prof.sample_count") - s0;
+    r->allocated = read_ctl<std::uint64_t>(r->ctl, "thread.allocated") - a0;
+    for (int i = 0; i < N; i++)
+        delete[] blocks[i];
+    r->deallocated = read_ctl<std::uint64_t>(r->ctl, "thread.deallocated") - d0;
+    r->left = read_ctl<std::size_t>(r->ctl, "prof.sample_count") - s0;
+    return nullptr;
+}
+
+// Sampled operator new (malloc_not_cached, then malloc_sample_due once the
+// list holds the proxies the deletes gave back): each block is a sample,
+// counted once in thread.allocated and thread.deallocated.
+void check_sampled_news()
+{
+    auto ctl = reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl"));
+    check(ctl != nullptr, "mallctl is there");
+    if (!ctl)
+        return;
+    std::size_t saved = 0, lg = 0, len = sizeof saved;
+    if (ctl("prof.lg_sample", &saved, &len, &lg, sizeof lg) != 0) {
+        std::printf("skip: sampled new[] (profiling off: SALLOC_CONF=prof:false)\n");
+        return;
+    }
+    for (int round = 0; round < 2; round++) { // the second finds lists filled
+        SampledNews r{ctl, 0, 0, 0, 0};
+        pthread_t t;
+        if (pthread_create(&t, nullptr, sampled_news, &r) != 0 || pthread_join(t, nullptr) != 0)
+            std::abort();
+        check(r.sampled == 50 && r.left == 0, "new[] due for sampling: 50 samples, all freed");
+        check(r.allocated == 50 * 64 && r.deallocated == 50 * 64,
+              "sampled new[]: thread.allocated and thread.deallocated count each block once");
+    }
+    if (ctl("prof.lg_sample", nullptr, nullptr, &saved, sizeof saved) != 0)
+        std::abort();
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -64,6 +134,7 @@ int main(int argc, char **argv)
               "operator new is salloc's");
         check(defined_in(reinterpret_cast<void *>(op_delete)).find("libsalloc") != std::string::npos,
               "operator delete is salloc's");
+        check_sampled_news();
     }
 
     // Every form, with its matching delete.
