@@ -192,7 +192,7 @@ SA_SLOW_PATH void *malloc_slow(size_t size)
     return alloc_slow(size, 1, NULL);
 }
 
-/* fastpath.h.  Under opt.check the counter is always due (a window of 0
+/* See fastpath.h.  Under opt.check the counter is always due (a window of 0
  * bytes): alloc_slow then does what opt.check asks of every allocation.
  * With guarded samples possible, alloc_decided makes the guard's draw, once,
  * and places the sample.  Otherwise the proxy is the list's first object
@@ -230,9 +230,10 @@ static void free_not_small(void *p, const char *fn)
         void *proxy;
         usable = prof_free_sampled(s, &proxy);
         if (proxy) {
-            /* The proxy is of the block's own class (alloc_sampled): its
-             * push counts this free in thread.deallocated as a list push
-             * counts any free, with no adjustment either way. */
+            /* The proxy is of the block's own class (alloc_sampled,
+             * malloc_sample_due): its push counts this free in
+             * thread.deallocated as a list push counts any free, with no
+             * adjustment either way. */
             unsigned cls = pagemap_class_of(proxy);
             if (tc)
                 tcache_put(tc, cls, proxy);
