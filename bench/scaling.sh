@@ -29,7 +29,8 @@
 #   -r N    rounds (env ROUNDS, default 3)
 #   -t SEC  --benchmark_min_time (env MIN_TIME, default 0.1)
 # env: CONFIGS (default "salloc salloc-noprof glibc jemalloc tcmalloc
-#   mimalloc"), SALLOC_LIB, JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB,
+#   mimalloc"; also known: salloc-sample4k = salloc sampling every ~4 KiB,
+#   SALLOC_CONF=lg_prof_sample:12, for what sampling costs at many threads), SALLOC_LIB, JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB,
 #   BENCH_BIN.  About 5 seconds per configuration and round on 16 cores.
 set -euo pipefail
 
@@ -65,6 +66,10 @@ ROUNDS, MIN_TIME, BIN = int(E["ROUNDS"]), E["MIN_TIME"], E["BENCH_BIN"]
 KNOWN = {
     "salloc":        (E["SALLOC_LIB"], {}),
     "salloc-noprof": (E["SALLOC_LIB"], {"SALLOC_CONF": "prof:false"}),
+    # a sample every ~4 KiB (about one malloc in 50 here, against one in
+    # 6,500 at the default 512 KiB): what sampling's shared state costs as
+    # threads are added
+    "salloc-sample4k": (E["SALLOC_LIB"], {"SALLOC_CONF": "lg_prof_sample:12"}),
     "glibc":         ("", {}),
     "jemalloc":      (E["JEMALLOC_LIB"], {}),
     "tcmalloc":      (E["TCMALLOC_LIB"], {}),
