@@ -30,7 +30,8 @@
 #   -t SEC  --benchmark_min_time (env MIN_TIME, default 0.1)
 # env: CONFIGS (default "salloc salloc-noprof glibc jemalloc tcmalloc
 #   mimalloc"; also known: salloc-sample4k = salloc sampling every ~4 KiB,
-#   SALLOC_CONF=lg_prof_sample:12, for what sampling costs at many threads), SALLOC_LIB, JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB,
+#   SALLOC_CONF=lg_prof_sample:12, for what sampling costs at many
+#   threads), SALLOC_LIB, JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB,
 #   BENCH_BIN.  About 5 seconds per configuration and round on 16 cores.
 set -euo pipefail
 
