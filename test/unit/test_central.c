@@ -453,6 +453,62 @@ static void test_central_runs_of_one_span_go_back_whole(void **state)
     free(objs);
 }
 
+/* return_to_spans reads a chain 32 objects at a time: a run longer than
+ * that, and one open across the boundary, still go onto their spans'
+ * lists whole and in chain order.  Chain: A's 0..39 (over the first
+ * boundary), B's 0..2, A's 40..44, B's 3..20 (over the second): 66
+ * objects. */
+static void test_central_runs_cross_the_read_groups_whole(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
+    assert_true(n >= 64);
+    void **objs = malloc(2 * n * sizeof(void *)), *chain[66], *batch[21];
+    take_two_fresh_spans(cls, n, objs);
+    void **a = objs, **b = objs + n;
+    struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
+    unsigned a_out = sa->allocated, b_out = sb->allocated, k = 0;
+    for (unsigned i = 0; i < 40; i++)
+        chain[k++] = a[i];
+    for (unsigned i = 0; i < 3; i++)
+        chain[k++] = b[i];
+    for (unsigned i = 40; i < 45; i++)
+        chain[k++] = a[i];
+    for (unsigned i = 3; i < 21; i++)
+        chain[k++] = b[i];
+    assert_int_equal(k, 66);
+    give(cls, k, chain);
+    assert_int_equal(sa->allocated, a_out - 45);
+    assert_int_equal(sb->allocated, b_out - 21);
+    central_check(cls);
+    /* B's list: its later run on top (3..20, then 0..2); A's likewise
+     * (40..44, then 0..39).  B is first on the partial list (returned to
+     * last). */
+    void *want[66];
+    k = 0;
+    for (unsigned i = 3; i < 21; i++)
+        want[k++] = b[i];
+    for (unsigned i = 0; i < 3; i++)
+        want[k++] = b[i];
+    for (unsigned i = 40; i < 45; i++)
+        want[k++] = a[i];
+    for (unsigned i = 0; i < 40; i++)
+        want[k++] = a[i];
+    take_batch(cls, 21, batch);
+    for (unsigned i = 0; i < 21; i++)
+        assert_ptr_equal(batch[i], want[i]);
+    take_batch(cls, 45, chain);
+    for (unsigned i = 0; i < 45; i++)
+        assert_ptr_equal(chain[i], want[21 + i]);
+    central_check(cls);
+    give(cls, 21, batch);
+    give(cls, 45, chain);
+    give(cls, n - 45, a + 45);
+    give(cls, n - 21, b + 21);
+    central_check(cls);
+    free(objs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_central_big_classes_keep_one_chain),
         cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
         cmocka_unit_test(test_central_runs_of_one_span_go_back_whole),
+        cmocka_unit_test(test_central_runs_cross_the_read_groups_whole),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
