@@ -112,6 +112,11 @@ struct phase_result {
     size_t allocations;
     double rss_peak_mib;
     double rss_after_free_mib;
+    /* Each part's time per operation: the first build's allocations, the
+     * frees of 90% of it (random order), the second build's allocations,
+     * the frees of everything left (the first build's 10% and the second
+     * build, random order).  An allocation includes writing the object. */
+    double build_ns, free_most_ns, rebuild_ns, free_rest_ns;
 };
 struct phase_result bench_phase(size_t objects_per_build);
 

@@ -171,6 +171,10 @@ void Phase(State &state)
     });
     state.counters["rss_peak_mib"] = last.rss_peak_mib;
     state.counters["rss_after_free_mib"] = last.rss_after_free_mib;
+    state.counters["build_ns"] = last.build_ns;
+    state.counters["free_most_ns"] = last.free_most_ns;
+    state.counters["rebuild_ns"] = last.rebuild_ns;
+    state.counters["free_rest_ns"] = last.free_rest_ns;
 }
 
 // ---- registration ----

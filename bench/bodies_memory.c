@@ -130,25 +130,37 @@ struct phase_result bench_phase(size_t objects_per_build)
     uint32_t *order = random_order(n, &rng);
     reset_peak_rss();
 
-    uint64_t start = bench_now_ns();
+    uint64_t t0 = bench_now_ns();
     build(first, n, first_mix, &rng);
+    uint64_t t1 = bench_now_ns();
+    size_t freed_most = 0, freed_rest = 0;
     for (size_t i = 0; i < n; i++)
         if (bench_rng_below(&rng, 10) != 0) {   /* 90% of the first heap */
             free(first[order[i]]);
             first[order[i]] = NULL;
+            freed_most++;
         }
+    uint64_t t2 = bench_now_ns();
     build(second, n, second_mix, &rng);
+    uint64_t t3 = bench_now_ns();
     for (size_t i = 0; i < n; i++) {
+        freed_rest += first[order[i]] != NULL;
         free(first[order[i]]);   /* NULL for the 90% already gone */
         free(second[order[i]]);
     }
-    double seconds = seconds_since(start);
+    uint64_t t4 = bench_now_ns();
+    double seconds = (double)(t4 - t0) / 1e9;
+    freed_rest += n;
 
     free(order);
     free(second);
     free(first);
     return (struct phase_result){
         .seconds = seconds,
+        .build_ns = (double)(t1 - t0) / (double)n,
+        .free_most_ns = (double)(t2 - t1) / (double)freed_most,
+        .rebuild_ns = (double)(t3 - t2) / (double)n,
+        .free_rest_ns = (double)(t4 - t3) / (double)freed_rest,
         .allocations = 2 * n,
         .rss_peak_mib = peak_rss_mib(),
         .rss_after_free_mib = resident_mib(),
