@@ -339,15 +339,16 @@ static void return_run(struct central *c, struct span *s, void *first, void *las
  * as it is chained.  (prodcons/64: 45 objects a run; cxx_workload and
  * sizemix 1.7-1.8.)
  *
- * The chain is read RETURN_GROUP objects at a time: first their links (the
- * walk, one load waiting on the other), then each object's span record,
- * looked up and prefetched (loads that wait on nothing; an object in the
- * page of the one before it skips the lookup), then the runs.  Done object
- * after object, each record's load waited on the link before it: after a
- * program frees at random across a large heap the records are cold, and
- * that wait was 10.7% of phase's profile (perf, 300,000 objects a build),
- * 5.3% grouped.  A run's span keeps its record while the run is open
- * across groups: the run's objects are still counted out of it. */
+ * The chain is read RETURN_GROUP objects at a time.  A first pass follows
+ * the links and, for each object, looks up its span record and prefetches
+ * it (an object in the page of the one before it skips the lookup): only
+ * the links wait on each other, not the records.  A second pass pushes the
+ * runs.  Done object after object, each record's load waited on the link
+ * before it and the loop's branch on the record: after a program frees at
+ * random across a large heap the records are cold, and that wait was 10.7%
+ * of phase's profile (perf, 300,000 objects a build), 5.3% grouped.  A
+ * run's span keeps its record while the run is open across groups: the
+ * run's objects are still counted out of it. */
 #define RETURN_GROUP 32
 
 static void return_to_spans(struct central *c, unsigned cls, void *head, unsigned n)
