@@ -453,6 +453,14 @@ static void test_central_runs_of_one_span_go_back_whole(void **state)
     free(objs);
 }
 
+/* Appends from[lo, hi) to out[k...]; the new length. */
+static unsigned append(void **out, unsigned k, void **from, unsigned lo, unsigned hi)
+{
+    for (unsigned i = lo; i < hi; i++)
+        out[k++] = from[i];
+    return k;
+}
+
 /* return_to_spans reads a chain 32 objects at a time: a run longer than
  * that, and one open across the boundary, still go onto their spans'
  * lists whole and in chain order.  Chain: A's 0..39 (over the first
@@ -467,15 +475,11 @@ static void test_central_runs_cross_the_read_groups_whole(void **state)
     take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
     struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
-    unsigned a_out = sa->allocated, b_out = sb->allocated, k = 0;
-    for (unsigned i = 0; i < 40; i++)
-        chain[k++] = a[i];
-    for (unsigned i = 0; i < 3; i++)
-        chain[k++] = b[i];
-    for (unsigned i = 40; i < 45; i++)
-        chain[k++] = a[i];
-    for (unsigned i = 3; i < 21; i++)
-        chain[k++] = b[i];
+    unsigned a_out = sa->allocated, b_out = sb->allocated;
+    unsigned k = append(chain, 0, a, 0, 40);
+    k = append(chain, k, b, 0, 3);
+    k = append(chain, k, a, 40, 45);
+    k = append(chain, k, b, 3, 21);
     assert_int_equal(k, 66);
     give(cls, k, chain);
     assert_int_equal(sa->allocated, a_out - 45);
@@ -485,15 +489,11 @@ static void test_central_runs_cross_the_read_groups_whole(void **state)
      * (40..44, then 0..39).  B is first on the partial list (returned to
      * last). */
     void *want[66];
-    k = 0;
-    for (unsigned i = 3; i < 21; i++)
-        want[k++] = b[i];
-    for (unsigned i = 0; i < 3; i++)
-        want[k++] = b[i];
-    for (unsigned i = 40; i < 45; i++)
-        want[k++] = a[i];
-    for (unsigned i = 0; i < 40; i++)
-        want[k++] = a[i];
+    k = append(want, 0, b, 3, 21);
+    k = append(want, k, b, 0, 3);
+    k = append(want, k, a, 40, 45);
+    k = append(want, k, a, 0, 40);
+    assert_int_equal(k, 66);
     take_batch(cls, 21, batch);
     for (unsigned i = 0; i < 21; i++)
         assert_ptr_equal(batch[i], want[i]);
