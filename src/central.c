@@ -217,8 +217,8 @@ static void debug_check(unsigned cls)
 
 /* Debug builds: a span's free list as long as its counts say, checked
  * before the list is handed out whole on their word (a miscount would
- * otherwise surface later, as a thread cache's list longer than its
- * count). */
+ * otherwise surface later, as a thread cache's refill reading past the
+ * chain's end). */
 static void check_listed(const struct span *s, unsigned listed)
 {
     unsigned n = 0;

@@ -2,22 +2,22 @@
  * fastpath.h: the common case of malloc and free, and nothing else.
  *
  * malloc: class = one table load (sizes up to 1 KiB index it directly);
- *         pop the thread cache's list; charge the object's size to the
+ *         pop the thread cache's stack; charge the object's size to the
  *         sampling counter (sampler.h).
- * free:   class and owner tag = one pagemap lookup; push onto the list if
+ * free:   class and owner tag = one pagemap lookup; push onto the stack if
  *         it has room and the object is not another thread's (tcache.h,
- *         remote frees).
+ *         remote frees).  Neither touches the object itself.
  *         thread.deallocated costs nothing here: it is derived (tcache.h).
  *
  * Each leaves for out-of-line slow functions (malloc.c):
- *   - malloc: to malloc_slow if the size is not small or the list is empty
+ *   - malloc: to malloc_slow if the size is not small or the stack is empty
  *     (including the thread that has no cache yet: it points at
  *     tcache_empty, see tcache.h); to malloc_sample_due if the allocation
  *     is due for sampling (the counter would go negative; it is left
  *     uncharged for the slow path to account), which takes the sample's
- *     proxy from the list without looking anything up again;
- *   - free: the list has no room, which also covers class 0 (large, NULL,
- *     invalid or foreign pointers: bins[0].room is always 0) and the thread
+ *     proxy from the stack without looking anything up again;
+ *   - free: the stack is full, which also covers class 0 (large, NULL,
+ *     invalid or foreign pointers: bins[0] is always full) and the thread
  *     with no cache; or the page's owner tag is another thread's.
  * No lock, no atomic read-modify-write, no division.  The instruction counts
  * are guarded by bench/fastpath.golden (make bench-callgrind-check).
@@ -30,10 +30,10 @@
 #include "tcache.h"
 
 void *malloc_slow(size_t size);
-/* malloc's list of the class of `size` (small) holds an object, but the
+/* malloc's stack of the class of `size` (small) holds an object, but the
  * allocation is due for the sampler (the counter, not charged, would go
  * negative): the sampler's accounting, then a sample whose proxy is the
- * list's first object, or that object itself if it is not sampled (a
+ * stack's top object, or that object itself if it is not sampled (a
  * check-in) or cannot be recorded.  Tail-called, so that a sample's stack
  * starts at malloc's caller; the class is looked up again there, so that
  * malloc's common case keeps no register for it. */
@@ -45,21 +45,22 @@ void free_slow(void *p, unsigned cls);
  * no frame for it. */
 void free_checking_size(void *p, size_t size, size_t align, const char *fn);
 
-/* Pops an object of class `cls` if the list has one and the allocation is
+/* Pops an object of class `cls` if the stack has one and the allocation is
  * not due for sampling; NULL (and nothing changed) otherwise.  The counter
  * is charged only with the pop: tcache_empty is never written. */
 SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
 {
     struct tcache *tc = tcache_get();
     struct tcache_bin *bin = &tc->bins[cls];
-    void *obj = bin->head;
-    if (unlikely(obj == NULL))
+    void **top = bin->top;
+    if (unlikely((uint16_t)(uintptr_t)top == bin->empty_bits))
         return NULL;
     int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
     if (unlikely(left < 0))
         return NULL; /* due for sampling: the slow path samples it */
     tc->bytes_until_sample = left;
-    return tcache_bin_pop(bin, obj);
+    bin->top = top - 1;
+    return top[-1];
 }
 
 /* The class of a small request, 0 for a larger one: one table load up to
@@ -84,34 +85,35 @@ SA_FAST_PATH void *fast_malloc_cached(size_t size)
 }
 
 /* Where fast_malloc would have gone when fast_malloc_cached gave NULL: the
- * list of the size's class holds an object only if the allocation was due
+ * stack of the size's class holds an object only if the allocation was due
  * for sampling.  For callers that are not tail calls from the entry point
  * (operator new checks the result): their samples' walks start inside
  * salloc, whose frames the stack leaves out anyway. */
 SA_FAST_PATH void *malloc_not_cached(size_t size)
 {
-    if (tcache_get()->bins[small_class_of(size)].head)
+    if (!tcache_bin_empty(&tcache_get()->bins[small_class_of(size)]))
         return malloc_sample_due(size);
     return malloc_slow(size);
 }
 
-/* tcache_alloc_fast with its two ways out apart: an empty list (or no
+/* tcache_alloc_fast with its two ways out apart: an empty stack (or no
  * small class, or no cache) to malloc_slow, an allocation due for the
  * sampler to malloc_sample_due, which knows the class and finds the
- * sample's proxy on the list: none of the slow path's lookups again. */
+ * sample's proxy on the stack: none of the slow path's lookups again. */
 SA_FAST_PATH void *fast_malloc(size_t size)
 {
     unsigned cls = small_class_of(size);
     struct tcache *tc = tcache_get();
     struct tcache_bin *bin = &tc->bins[cls];
-    void *obj = bin->head; /* class 0's list is always empty */
-    if (unlikely(obj == NULL))
+    void **top = bin->top; /* class 0's stack is always empty */
+    if (unlikely((uint16_t)(uintptr_t)top == bin->empty_bits))
         return malloc_slow(size);
     int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
     if (unlikely(left < 0))
         return malloc_sample_due(size);
     tc->bytes_until_sample = left;
-    return tcache_bin_pop(bin, obj);
+    bin->top = top - 1;
+    return top[-1];
 }
 
 SA_FAST_PATH void fast_free(void *p)
@@ -119,9 +121,13 @@ SA_FAST_PATH void fast_free(void *p)
     unsigned owner, cls = pagemap_class_owner(p, &owner);
     struct tcache *tc = tcache_get();
     struct tcache_bin *bin = &tc->bins[cls];
-    if (likely((owner & tc->foreign_owners) == 0) && likely(bin->room != 0)) {
-        tcache_bin_push(bin, p);
-        return;
+    if (likely((owner & tc->foreign_owners) == 0)) {
+        void **top = bin->top;
+        if (likely((uint16_t)(uintptr_t)top != bin->full_bits)) {
+            *top = p;
+            bin->top = top + 1;
+            return;
+        }
     }
     free_slow(p, cls);
 }

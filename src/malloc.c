@@ -47,14 +47,14 @@ SA_SLOW_PATH SA_NORETURN static void invalid_pointer(const char *fn, const void 
 }
 
 /* An object of class `cls`, sampling already decided: from this thread's
- * list (refilled if empty), or straight from the central list when the
+ * stack (refilled if empty), or straight from the central list when the
  * thread must go uncached. */
 static void *alloc_small(struct tcache *tc, unsigned cls)
 {
     void *obj, *tail;
     if (tc) {
         struct tcache_bin *bin = &tc->bins[cls];
-        obj = bin->head ? tcache_bin_pop(bin, bin->head) : tcache_refill(tc, cls);
+        obj = tcache_bin_empty(bin) ? tcache_refill(tc, cls) : tcache_bin_pop(bin);
     } else {
         obj = central_alloc_batch(cls, 1, (struct central_owner){NULL, 0, 0}, &obj, &tail) ? obj
                                                                                       : NULL;
@@ -66,7 +66,7 @@ static void *alloc_small(struct tcache *tc, unsigned cls)
     return obj;
 }
 
-/* Puts a proxy object back on `tc`'s list (or the central list when the
+/* Puts a proxy object back on `tc`'s stack (or the central list when the
  * thread has no cache); returns its class.  Inlined: every sampled free
  * comes here, and as a call (malloc.c is cold code) it cost 9 instructions
  * a sample. */
@@ -92,7 +92,7 @@ static void release_proxy(void *proxy)
 }
 
 /* A sampled allocation on its own pages (small, or guarded), plus a proxy
- * object for a small one (popped from the thread's list, but not for the
+ * object for a small one (popped from the thread's stack, but not for the
  * user: balanced in dealloc_adjust). */
 static void *alloc_sampled(struct tcache *tc, unsigned cls, size_t usable, size_t align,
                            uint64_t rate, bool guarded, bool *zeroed,
@@ -162,14 +162,14 @@ static void *alloc_decided(struct tcache *tc, const struct request *r, size_t al
     bool guarded = unlikely(rate) && prof_should_guard(tc) && align <= SA_PAGE_SIZE;
     if (unlikely(rate) && (r->cls || guarded) &&
         (p = alloc_sampled(tc, r->cls, r->usable, align, rate, guarded, &fresh, from))) {
-        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
+        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a stack */
         if (zeroed)
             *zeroed = fresh;
         return p;
     }
     p = r->cls ? alloc_small(tc, r->cls) : alloc_large(tc, r, align, rate, zeroed, from);
     if (tc && (!r->cls || !p))
-        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a list */
+        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a stack */
     if (!p)
         errno = ENOMEM;
     prof_maybe_gdump();
@@ -205,8 +205,8 @@ SA_SLOW_PATH void *malloc_slow(size_t size)
 /* See fastpath.h.  Under opt.check the counter is always due (a window of 0
  * bytes): alloc_slow then does what opt.check asks of every allocation.
  * With guarded samples possible, alloc_decided makes the guard's draw, once,
- * and places the sample.  Otherwise the proxy is the list's first object
- * (the list is not empty): its pop and the user's allocation, both of the
+ * and places the sample.  Otherwise the proxy is the stack's top object
+ * (the stack is not empty): its pop and the user's allocation, both of the
  * class's size, leave thread.deallocated's adjustment where it was. */
 SA_SLOW_PATH void *malloc_sample_due(size_t size)
 {
@@ -216,14 +216,14 @@ SA_SLOW_PATH void *malloc_sample_due(size_t size)
     struct tcache_bin *bin = &tc->bins[small_class_of(size)];
     uint64_t rate = sampler_account(tc, bin->size);
     if (likely(rate == 0)) /* a check-in, or a chunk of a long interval */
-        return tcache_bin_pop(bin, bin->head);
+        return tcache_bin_pop(bin);
     struct unwind_from from = UNWIND_FROM_HERE();
     if (unlikely(opt_prof_guard || opt_lg_prof_guard_every >= 0)) {
         struct request r;
         request_for(size, 1, &r); /* a small size: cannot fail */
         return alloc_decided(tc, &r, 1, rate, NULL, &from);
     }
-    void *proxy = tcache_bin_pop(bin, bin->head);
+    void *proxy = tcache_bin_pop(bin);
     bool zeroed;
     void *p = prof_alloc_sampled(tc, bin->size, 1, rate, proxy, false, &zeroed, &from);
     return p ? p : proxy; /* not recorded: served unsampled, by the proxy */
@@ -242,7 +242,7 @@ static void free_not_small(void *p, const char *fn)
         if (proxy) {
             /* The proxy is of the block's own class (alloc_sampled,
              * malloc_sample_due): its push counts this free in
-             * thread.deallocated as a list push counts any free, with no
+             * thread.deallocated as a stack push counts any free, with no
              * adjustment either way. */
             put_proxy(tc, proxy);
             return;
@@ -255,7 +255,7 @@ static void free_not_small(void *p, const char *fn)
             invalid_pointer(fn, p);
     }
     if (tc)
-        tc->dealloc_adjust += usable; /* a user free that no list saw */
+        tc->dealloc_adjust += usable; /* a user free that no stack saw */
 }
 
 /* Usable size of a live allocation; aborts naming `fn` on a foreign one. */
@@ -282,7 +282,7 @@ static bool keeps_small(size_t old, size_t n)
 /* ---- opt.check ---- */
 
 /* What a checked free writes into a small block's second word (the first
- * is its list link): its address, scrambled.  Under opt.check every
+ * is its link on the central lists): its address, scrambled.  Under opt.check every
  * allocation clears it (alloc_small), so a block that carries it is free:
  * freed twice, barring a program that stored this very value there, which
  * the scan below rules out. */
@@ -291,7 +291,7 @@ static bool keeps_small(size_t old, size_t n)
 /* A free of the small block `p` of class `cls`: it must be the start of a
  * block carved from its span, and must not be free already (the tag; for
  * 8-byte blocks, which have no room for it, a scan of its span and this
- * thread's list).  A few loads and a store per free. */
+ * thread's stack).  A few loads and a store per free. */
 static void check_small_free(void *p, unsigned cls, const char *fn)
 {
     size_t size = sizeclass_size(cls);
@@ -311,9 +311,9 @@ static void check_small_free(void *p, unsigned cls, const char *fn)
     bool twice = central_object_state(cls, p, &start) == OBJECT_FREE;
     struct tcache *tc = init_current_cache();
     if (tc && !twice) {
-        uint32_t n = tcache_bin_count(&tc->bins[cls]);
-        for (void *o = tc->bins[cls].head; o && n--; o = *(void **)o)
-            twice |= o == p;
+        const struct tcache_bin *bin = &tc->bins[cls];
+        for (void **slot = tcache_bin_base(bin); slot < bin->top; slot++)
+            twice |= *slot == p;
     }
     if (twice)
         sa_fatal("%s(): double free of the %zu-byte block at %p", fn, size, p);
@@ -359,7 +359,7 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 
 /* A cached object of `size` bytes aligned to `align` (a power of two
  * above 16), from the class that fits both; NULL if no class does (too
- * large, or aligned beyond a page), the thread's list has none, or the
+ * large, or aligned beyond a page), the thread's stack has none, or the
  * allocation is due for sampling. */
 static inline void *alloc_aligned_cached(size_t align, size_t size)
 {
@@ -475,7 +475,7 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
             prof_sample_span(tc, large, r.usable, rate, &from);
         if (tc) {
             count_unsampled(tc, r.usable - charge);
-            tc->dealloc_adjust += old - r.usable; /* no list saw either block */
+            tc->dealloc_adjust += old - r.usable; /* no stack saw either block */
         }
         return p;
     }
@@ -553,7 +553,7 @@ SA_EXPORT_FAST void *calloc(size_t nmemb, size_t size)
 }
 
 /* realloc_slow's move of a small block grown to another class, for the
- * common case: the new class's list has an object and the sampler is not
+ * common case: the new class's stack has an object and the sampler is not
  * due (tcache_alloc_fast, which charges it as malloc would).  The same
  * size as realloc_slow asks for (moving_size; below REALLOC_SPAN_MIN,
  * else a span of its own, left to it); NULL if this is

@@ -1,17 +1,32 @@
 /*
  * tcache.c: thread cache slow paths (see tcache.h).
  *
- * Limits.  Each list's max starts small and grows each time the list runs
+ * Limits.  Each stack's max starts small and grows each time it runs
  * dry (the thread wants more than it holds): doubling up to the class's
  * batch, then a batch at a time, up to a per-class cap (tcache_class_cap:
- * 256 KiB worth of objects, 64 KiB above 1 KiB objects).  When a list
+ * 256 KiB worth of objects, 64 KiB above 1 KiB objects).  When a stack
  * overflows repeatedly, max shrinks again: a thread that only frees (a
- * consumer) keeps a short list.  Every TCACHE_BUDGET_CHECK slow events the
- * whole cache is weighed; above TCACHE_BUDGET bytes, every list gives half of
+ * consumer) keeps a short stack.  Every TCACHE_BUDGET_CHECK slow events the
+ * whole cache is weighed; above TCACHE_BUDGET bytes, every stack gives half of
  * its objects back, so no thread hoards memory others could use.
  *
  * Lock: registry_lock (LOCK_RANK_TCACHES) guards the registry and the list of
- * records to reuse.  A cache's lists are touched only by their thread.
+ * records to reuse.  A cache's stacks are touched only by their thread.
+ *
+ * Slots.  Each class's stack starts in TCACHE_SMALL_SLOTS slots of the
+ * record itself (24.8 KiB for all classes).  When a stack's max must grow
+ * past them (refill), the cache maps `big`, every class's cap of slots at
+ * fixed places (38,120 slots, 304 KiB of address space), and moves that
+ * stack there; other stacks move when they grow.  Only the slots a stack
+ * reaches are ever touched.  `big` stays with the record for its next
+ * thread, whose stacks start small again and move into it without a
+ * mapping.  So a thread that caches a few objects of each class (bench's
+ * churn; test_storms' thousands of threads) never maps slots, and a
+ * program whose busy threads come and go (bench's larson) maps them once
+ * per record.  Unmapping them at each thread's exit instead (a mapping,
+ * its page faults and an unmap per busy thread) made larson/threads=2,
+ * whose threads come and go with each run, 1.12 times the linked lists'
+ * time, against 0.80 kept (paired medians of 5 rounds on the 2-core VM).
  */
 #include "tcache.h"
 
@@ -25,10 +40,11 @@
 #include "pagemap.h"
 #include "span.h"
 
-/* Per-class cap on cached bytes: small classes are capped by count (which
- * must fit a bin's 16-bit max).  Classes above TCACHE_BIG_CLASS keep at most
- * TCACHE_BIG_CLASS_BYTES, a batch's worth: a program allocates few of them
- * between two frees, and each list held up to 256 KiB of them idle, which
+/* Per-class cap on cached bytes: small classes are capped by count (whose
+ * slots must span less than 64 KiB: tcache.h).  Classes above
+ * TCACHE_BIG_CLASS keep at most TCACHE_BIG_CLASS_BYTES, a batch's worth: a
+ * program allocates few of them
+ * between two frees, and each stack held up to 256 KiB of them idle, which
  * the central list could not give to anyone.  In bench's sizemix/live=100000
  * (15% of objects between 1 and 64 KiB) the smaller cap left 1.05 MiB less
  * resident after 4.5M operations. */
@@ -36,14 +52,15 @@
 #define TCACHE_CLASS_MAX_OBJECTS 2048u
 #define TCACHE_BIG_CLASS 1024u
 #define TCACHE_BIG_CLASS_BYTES ((size_t)64 << 10)
-_Static_assert(TCACHE_CLASS_MAX_OBJECTS < UINT16_MAX, "a bin's max is 16 bits");
+_Static_assert(TCACHE_CLASS_MAX_OBJECTS * sizeof(void *) < 65536,
+               "a class's slots span less than 64 KiB (tcache.h)");
 /* Whole-cache budget and how often it is checked (in slow-path events). */
 #define TCACHE_BUDGET ((size_t)4 << 20)
 #define TCACHE_BUDGET_CHECK 64u
-/* A new list's max, and so its first refill: doubles on each refill up to
+/* A new stack's max, and so its first refill: doubles on each refill up to
  * the class's batch, then grows a batch at a time. */
 #define TCACHE_INITIAL_MAX 4u
-/* Overflows tolerated before a list's max shrinks by one batch. */
+/* Overflows tolerated before a stack's max shrinks by one batch. */
 #define TCACHE_MAX_OVERFLOWS 3
 /* What an owner's inbox of a class holds at most (tcache.h): up to
  * INBOX_MAX_BATCHES batches, so that a producer's refill finds its
@@ -86,6 +103,63 @@ uint32_t tcache_class_cap(unsigned cls)
     return (uint32_t)cap;
 }
 
+/* The bytes of a cache's big slots, all classes' (whole pages), and the
+ * place of class `cls`'s among them. */
+static size_t big_slots_bytes(void)
+{
+    size_t n = 0;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        n += tcache_class_cap(cls);
+    return sa_align_up(n * sizeof(void *), SA_PAGE_SIZE);
+}
+
+static size_t big_slots_offset(unsigned cls)
+{
+    size_t n = 0;
+    for (unsigned c = 1; c < cls; c++)
+        n += tcache_class_cap(c);
+    return n;
+}
+
+/* Points the empty stack of `cls` at `base`, with limit `max`. */
+static void bin_place(struct tcache_bin *bin, void **base, uint32_t max)
+{
+    bin->top = base;
+    bin->empty_bits = (uint16_t)(uintptr_t)base;
+    tcache_bin_set_max(bin, max);
+}
+
+/* The most objects the stack of `cls` has slots for where it is now. */
+static uint32_t bin_slots(const struct tcache *tc, unsigned cls)
+{
+    const struct tcache_bin *bin = &tc->bins[cls];
+    void **base = tcache_bin_base(bin);
+    if (base == (void **)tc->small_slots[cls])
+        return TCACHE_SMALL_SLOTS < tcache_class_cap(cls) ? TCACHE_SMALL_SLOTS
+                                                          : tcache_class_cap(cls);
+    return tcache_class_cap(cls);
+}
+
+/* Gives the stack of `cls` slots for `max` objects: moves it, with what it
+ * holds, to its big slots if its small ones are too few (mapping them
+ * first if no stack has moved yet).  Returns how many it has slots for,
+ * fewer than `max` only if the mapping failed. */
+static uint32_t bin_make_room(struct tcache *tc, unsigned cls, uint32_t max)
+{
+    uint32_t have = bin_slots(tc, cls);
+    if (max <= have)
+        return max;
+    if (!tc->big && !(tc->big = meta_alloc(big_slots_bytes(), 4096)))
+        return have;
+    struct tcache_bin *bin = &tc->bins[cls];
+    uint32_t n = tcache_bin_count(bin);
+    void **base = tc->big + big_slots_offset(cls);
+    memcpy(base, tcache_bin_base(bin), n * sizeof(void *));
+    bin_place(bin, base, tcache_bin_max(bin));
+    bin->top = base + n;
+    return max;
+}
+
 struct tcache *tcache_create(void)
 {
     sa_lock(&registry_lock);
@@ -99,17 +173,17 @@ struct tcache *tcache_create(void)
     } else {
         if (!(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
             return NULL;
-        tag = next_owner_tag();
+        tc->owner_tag = (uint8_t)(tag = next_owner_tag());
     }
-
     memset(tc, 0, offsetof(struct tcache, incarnation)); /* 0 in a fresh record */
     tc->owner_tag = (uint8_t)tag;
     tc->foreign_owners = (uint8_t)~tag;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-        tc->bins[cls].size = (uint32_t)sizeclass_size(cls);
-        tcache_bin_set_max(&tc->bins[cls], TCACHE_INITIAL_MAX < sizeclass_batch(cls)
-                                               ? TCACHE_INITIAL_MAX
-                                               : sizeclass_batch(cls));
+        struct tcache_bin *bin = &tc->bins[cls];
+        bin->size = (uint32_t)sizeclass_size(cls);
+        bin_place(bin, tc->small_slots[cls],
+                  TCACHE_INITIAL_MAX < sizeclass_batch(cls) ? TCACHE_INITIAL_MAX
+                                                            : sizeclass_batch(cls));
     }
 
     sa_lock(&registry_lock);
@@ -121,19 +195,20 @@ struct tcache *tcache_create(void)
     return tc;
 }
 
-/* Gives the first `n` objects of the list of `cls` to the central list. */
+/* Gives the top `n` objects of the stack of `cls` (the last freed) to the
+ * central list, chained through their first words: writes to objects that
+ * do not wait on each other, as reads of a chain's links would. */
 static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
 {
     struct tcache_bin *bin = &tc->bins[cls];
     if (n == 0)
         return;
-    void *head = bin->head, *last = head;
-    for (uint32_t i = 1; i < n; i++)
-        last = *(void **)last;
-    bin->head = *(void **)last;
-    bin->room += n;
-    tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the list, not popped */
-    central_free_batch(cls, head, last, n);
+    void **top = bin->top, **bottom = top - n;
+    for (void **slot = top - 1; slot > bottom; slot--)
+        *(void **)slot[0] = slot[-1];
+    bin->top = bottom;
+    tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the stack, not popped */
+    central_free_batch(cls, top[-1], bottom[0], n);
 }
 
 /* The live cache that owns the span of `obj` (a small object out of its
@@ -156,7 +231,7 @@ static struct tcache *span_owner(const void *obj)
 }
 
 /* Objects an inbox of class `cls` holds at most: they must fit in the
- * list the owner's refill puts them on. */
+ * stack the owner's refill puts them on. */
 static uint32_t inbox_cap(unsigned cls)
 {
     uint32_t batch = sizeclass_batch(cls), n = INBOX_MAX_BATCHES * batch;
@@ -245,7 +320,7 @@ void tcache_put(struct tcache *tc, unsigned cls, void *obj)
     unsigned tag = pagemap_owner_of(obj);
     if (tag & tc->foreign_owners)
         tcache_remote_free(tc, cls, obj, tag); /* another live thread's */
-    else if (tc->bins[cls].room)
+    else if (!tcache_bin_full(&tc->bins[cls]))
         tcache_bin_push(&tc->bins[cls], obj);
     else
         tcache_overflow(tc, cls, obj);
@@ -311,7 +386,7 @@ uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
     return allocated + tcache_cached_bytes(tc) + tc->dealloc_adjust;
 }
 
-/* Every TCACHE_BUDGET_CHECK slow events: over budget, halve every list. */
+/* Every TCACHE_BUDGET_CHECK slow events: over budget, halve every stack. */
 static void enforce_budget(struct tcache *tc)
 {
     if (++tc->events % TCACHE_BUDGET_CHECK || tcache_cached_bytes(tc) <= TCACHE_BUDGET)
@@ -320,17 +395,31 @@ static void enforce_budget(struct tcache *tc)
         struct tcache_bin *bin = &tc->bins[cls];
         flush_bin(tc, cls, (tcache_bin_count(bin) + 1) / 2);
         uint32_t batch = sizeclass_batch(cls);
-        tcache_bin_set_max(bin, bin->max / 2 > batch ? bin->max / 2 : batch);
+        uint32_t max = tcache_bin_max(bin), half = max / 2; /* but not below a batch */
+        tcache_bin_set_max(bin, half > batch ? half : max < batch ? max : batch);
     }
 }
 
-/* Debug builds: every list of the cache against its counts, every 16th
- * refill or overflow. */
+/* Debug builds: every stack of the cache, every 16th refill or overflow. */
 static void debug_check(const struct tcache *tc)
 {
     static unsigned visits;
     if (sa_debug_due(&visits, 16))
         tcache_check(tc);
+}
+
+/* Of `n` objects chained from `head`, gives those after the first `keep`
+ * to the central list; returns how many it gave. */
+static uint32_t give_back_after(unsigned cls, void *head, uint32_t keep, uint32_t n)
+{
+    void *last = head;
+    for (uint32_t i = 1; i < keep; i++)
+        last = *(void **)last;
+    void *rest = *(void **)last, *tail = rest;
+    for (uint32_t i = keep + 1; i < n; i++)
+        tail = *(void **)tail;
+    central_free_batch(cls, rest, tail, n - keep);
+    return n - keep;
 }
 
 void *tcache_refill(struct tcache *tc, unsigned cls)
@@ -345,21 +434,31 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
          * thread that wants one object does not carve and touch a whole
          * batch. */
         struct central_owner me = {&tc->incarnation, tc->incarnation, tc->owner_tag};
-        n = central_alloc_batch(cls, bin->max < batch ? bin->max : batch, me, &head, &tail);
+        uint32_t max = tcache_bin_max(bin);
+        n = central_alloc_batch(cls, max < batch ? max : batch, me, &head, &tail);
         if (n == 0)
             return NULL;
-        *(void **)tail = NULL;
     }
-    /* All n enter the list (empty: its head is NULL) and the first is
-     * popped at once: the caller's (a user malloc, in thread.allocated, or
-     * a proxy, which says so).  An inbox may hold more than max: max then
-     * rises to hold them (inbox_cap() is within the class's cap). */
+    /* The stack's new limit: grown (slow start, above), and at least what
+     * an inbox brought, which may be more than max (inbox_cap() is within
+     * the class's cap); then slots for it. */
+    uint32_t max = tcache_bin_max(bin), cap = tcache_class_cap(cls);
+    if (n - 1 > max)
+        max = n - 1;
+    uint32_t grown = max < batch ? max * 2 : max + batch;
+    max = bin_make_room(tc, cls, grown < cap ? grown : cap);
+    if (n - 1 > max) /* no slots for them all (no memory to map them) */
+        n -= give_back_after(cls, head, max + 1, n);
+    /* The first object is the caller's (a user malloc, in thread.allocated,
+     * or a proxy, which says so); the other n - 1 go onto the stack (empty),
+     * the second on top, so that they are handed out in the chain's order
+     * (a fresh span's in ascending addresses). */
     tc->dealloc_adjust -= (uint64_t)n * sizeclass_size(cls);
-    bin->head = *(void **)head;
-    bin->max = (uint16_t)(n - 1 > bin->max ? n - 1 : bin->max);
-    bin->room = (uint16_t)(bin->max - (n - 1));
-    uint32_t cap = tcache_class_cap(cls), grown = bin->max < batch ? bin->max * 2 : bin->max + batch;
-    tcache_bin_set_max(bin, grown < cap ? grown : cap);
+    void **base = bin->top, **slot = base + (n - 1);
+    for (void *obj = head; slot > base;)
+        *--slot = obj = *(void **)obj;
+    bin->top = base + (n - 1);
+    tcache_bin_set_max(bin, max);
     enforce_budget(tc);
     debug_check(tc);
     return head;
@@ -368,13 +467,14 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
 {
     struct tcache_bin *bin = &tc->bins[cls];
-    tcache_bin_push(bin, obj); /* room may wrap here: the flush restores it */
     uint32_t batch = sizeclass_batch(cls), count = tcache_bin_count(bin);
     flush_bin(tc, cls, count < batch ? count : batch);
+    tcache_bin_push(bin, obj); /* the flush made room */
     if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {
         tc->overflows[cls] = 0;
-        if (bin->max > batch)
-            tcache_bin_set_max(bin, bin->max - batch);
+        uint32_t max = tcache_bin_max(bin);
+        if (max > batch)
+            tcache_bin_set_max(bin, max - batch);
     }
     enforce_budget(tc);
     debug_check(tc);
@@ -387,10 +487,10 @@ size_t tcache_all_cached_bytes(void)
     /* Racy reads of other threads' counts: a statistic, not a decision. */
     for (struct tcache *tc = registry; tc; tc = tc->next)
         for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-            uint16_t room = __atomic_load_n(&tc->bins[cls].room, __ATOMIC_RELAXED);
-            uint16_t max = __atomic_load_n(&tc->bins[cls].max, __ATOMIC_RELAXED);
+            struct tcache_bin bin = {__atomic_load_n(&tc->bins[cls].top, __ATOMIC_RELAXED),
+                                     tc->bins[cls].empty_bits, 0, 0};
             uint32_t remote = __atomic_load_n(&tc->remote[cls].count, __ATOMIC_RELAXED);
-            bytes += ((max > room ? max - room : 0) + remote) * sizeclass_size(cls);
+            bytes += (tcache_bin_count(&bin) + remote) * sizeclass_size(cls);
         }
     struct tcache *lists[] = {registry, spare}; /* an exited thread's inbox may hold some */
     for (unsigned i = 0; i < 2; i++)
@@ -406,16 +506,22 @@ void tcache_check(const struct tcache *tc)
 {
     for (unsigned cls = 0; cls < SA_NUM_CLASSES; cls++) {
         const struct tcache_bin *bin = &tc->bins[cls];
-        uint32_t n = 0, count = tcache_bin_count(bin);
-        for (void *o = bin->head; o; o = *(void **)o)
-            if (++n > count)
-                break;
-        if (n != count || bin->room > bin->max || bin->size != sizeclass_size(cls) ||
-            (cls == 0 && (bin->max || bin->head)))
-            sa_fatal("tcache: list of class %u holds %u objects, max %u room %u", cls, n,
-                     bin->max, bin->room);
+        uint32_t count = tcache_bin_count(bin), max = tcache_bin_max(bin);
+        const void *base = tcache_bin_base(bin);
+        bool placed = base == tc->small_slots[cls] ||
+                      (tc->big && base == tc->big + big_slots_offset(cls));
+        if (bin->size != sizeclass_size(cls) ||
+            (cls == 0 ? bin->top || bin->empty_bits || bin->full_bits
+                      : !placed || (uint16_t)(uintptr_t)base != bin->empty_bits ||
+                            count > max || max > bin_slots(tc, cls)))
+            sa_fatal("tcache: stack of class %u holds %u objects, max %u, top %p", cls, count,
+                     max, (void *)bin->top);
+        for (uint32_t i = 0; i < count; i++)
+            if (pagemap_class_of(bin->top[-1 - (int)i]) != cls)
+                sa_fatal("tcache: stack of class %u holds %p, not an object of its class", cls,
+                         bin->top[-1 - (int)i]);
         const struct tcache_remote *r = &tc->remote[cls];
-        n = 0;
+        uint32_t n = 0;
         for (void *o = r->head; o; o = *(void **)o)
             if (++n > r->count)
                 break;

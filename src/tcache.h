@@ -1,36 +1,49 @@
 /*
- * tcache.h: the per-thread cache: for each size class a singly linked list
- * of free objects, popped by malloc and pushed by free with no lock and no
- * atomic read-modify-write (fastpath.h).  Everything else, refilling from and
- * flushing to the central lists, the adaptive limits and thread exit, is here
- * and in tcache.c, on slow paths.
+ * tcache.h: the per-thread cache: for each size class a stack of free
+ * objects, an array of pointers, popped by malloc and pushed by free with no
+ * lock and no atomic read-modify-write (fastpath.h).  Everything else,
+ * refilling from and flushing to the central lists, the adaptive limits and
+ * thread exit, is here and in tcache.c, on slow paths.
  *
- *   bins[cls]:  head -> obj -> obj -> NULL      (links in each object's word 0)
- *               max   = the list's limit
- *               room  = max - (objects on the list): free() pushes while
- *                       room > 0, so its test is one compare with zero
+ *   bins[cls]:  top -> the slot above the last object pushed; the class's
+ *                      slots run from its base upwards (tcache.c: a few in
+ *                      the record, tcache_class_cap() once it grows)
+ *               empty_bits = the low 16 bits of top when the stack is empty
+ *               full_bits  = those when it holds `max`, the stack's limit
  *               size  = the class's object size (0 in bins[0])
  *
- * bins[0] belongs to class 0 ("not a small object") and always has room 0,
- * so free()'s single fast-path test also routes large and foreign pointers
- * to the slow path.  A thread that has no cache yet (or whose cache was
- * returned at exit) points at `tcache_empty`, whose every list is empty and
- * every room is 0: both fast paths fall through to the slow path, which sets
- * the thread up.  So the fast path never tests for "no cache", and it never
- * writes tcache_empty (malloc charges the sampling counter only after it
- * found an object, free only pushes when there is room).
+ * A class's slots span less than 64 KiB, so the low 16 bits of top tell
+ * its places apart: malloc's test is one compare of them with empty_bits,
+ * free's one with full_bits, and the limit moves by rewriting full_bits.
+ * Why an array, not a list linked through the objects (which salloc had
+ * first): free() then writes only the slot, not the object, and malloc
+ * reads only the slot.  A program that frees objects at random over a
+ * large heap wrote a cold line per free, and the flush of a full list read
+ * those links back one after the other, a cache miss each, waiting on the
+ * one before (bench's phase: 16-19% of its time on that walk); the slots
+ * are one line per eight objects, read in order.
+ *
+ * bins[0] belongs to class 0 ("not a small object"): its top is NULL and
+ * both its bits 0, so it is at once empty and full, and free()'s single
+ * fast-path test also routes large and foreign pointers to the slow path.
+ * A thread that has no cache yet (or whose cache was returned at exit)
+ * points at `tcache_empty`, all of whose bins are like that: both fast
+ * paths fall through to the slow path, which sets the thread up.  So the
+ * fast path never tests for "no cache", and it never writes tcache_empty
+ * (malloc charges the sampling counter only after it found an object, free
+ * only pushes when there is room).
  *
  * thread.deallocated is not counted on the fast path; it is derived
- * (tcache_deallocated): every object a user free pushed is, in the list's
+ * (tcache_deallocated): every object a user free pushed is, in the stack's
  * bytes, either still there or was popped by a user malloc (in
  * thread.allocated); `dealloc_adjust` balances everything else the slow
  * paths do (refills, flushes, proxies, large and sampled blocks):
  *
- *     thread.deallocated = thread.allocated + bytes on the lists + dealloc_adjust
+ *     thread.deallocated = thread.allocated + bytes on the stacks + dealloc_adjust
  *
  * Remote frees.  Each cache has an owner tag, a byte with four of its eight
  * bits set, and the spans it owns carry it in the pagemap (pagemap.h,
- * central.c).  free() pushes an object onto the list only if its page's
+ * central.c).  free() pushes an object onto the stack only if its page's
  * tag is 0 (no owner) or the cache's own: another thread's object would
  * otherwise be handed out again here, next to that thread's live objects
  * in one cache line (false sharing).  Since no such byte is a subset of
@@ -39,7 +52,7 @@
  * Another thread's object goes to the slow path instead, onto the class's
  * `remote` chain, which goes back to the central list a batch at a time.
  * Remote objects count as cached bytes: the derivation below holds with
- * "lists" meaning both.
+ * "stacks" meaning both.
  *
  * Owner inboxes.  A remote chain holds objects of one owner tag (a new tag
  * flushes it first).  When it is flushed, it goes whole to the inbox of the
@@ -73,10 +86,10 @@
 struct prof_stack;
 
 struct tcache_bin {
-    void *head;
-    uint16_t room; /* max - objects on the list (wraps only inside an overflow) */
-    uint16_t max;  /* at most TCACHE_CLASS_MAX_OBJECTS (tcache.c) */
-    uint32_t size; /* the class's object size, here so malloc loads it with the list */
+    void **top;          /* the slot the next push fills; the stack lies below it */
+    uint16_t empty_bits; /* (uint16_t)top when the stack is empty: its base */
+    uint16_t full_bits;  /* (uint16_t)top when it holds max objects */
+    uint32_t size;       /* the class's object size, here so malloc loads it with top */
 };
 
 /* The profiler's per-thread state, kept here so the fast path reaches the
@@ -127,6 +140,9 @@ static inline uint32_t tcache_inbox_count(uint64_t word)
     return (uint32_t)(word >> SA_ADDRESS_BITS);
 }
 
+/* Slots each class's stack has in the record itself (tcache.c). */
+#define TCACHE_SMALL_SLOTS 32
+
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
     /* Bytes the thread may still allocate before the next sample is due.
@@ -135,7 +151,7 @@ struct tcache {
     int64_t bytes_until_sample;
     /* ~owner_tag (8 bits): free() caches an object only if its page's owner
      * tag has none of these bits (remote frees, above).  0 in tcache_empty,
-     * whose rooms are 0 anyway. */
+     * whose stacks are full anyway. */
     uint8_t foreign_owners;
     uint8_t owner_tag;
     /* Balances thread.deallocated's derivation (above); slow paths only.
@@ -153,8 +169,14 @@ struct tcache {
      * Read by other threads at any time, so it is last and a new cache's
      * clearing stops before it: it survives the record's reuse. */
     uint32_t incarnation;
+    /* The stacks' slots (tcache.c): each class starts in its few slots
+     * here; a stack that grows past them moves to its place in `big`, every
+     * class's tcache_class_cap() slots, mapped when the first stack of the
+     * record moves (NULL until then).  Both stay with the record. */
+    void **big;
+    void *small_slots[SA_NUM_CLASSES][TCACHE_SMALL_SLOTS];
     /* Owner inboxes (above), one word per class, written by other threads
-     * at any time: on lines of their own, apart from the lists free()
+     * at any time: on lines of their own, apart from the stacks free()
      * pushes onto.  Not cleared on the record's reuse either: what a late
      * push left there is the new thread's to take. */
     uint64_t inbox[SA_NUM_CLASSES] SA_ALIGNED(SA_CACHELINE);
@@ -166,46 +188,65 @@ extern struct tcache tcache_empty;
 
 static inline struct tcache *tcache_get(void) { return tcache_tls; }
 
-/* The list operations themselves; callers check emptiness and room. */
-static inline void *tcache_bin_pop(struct tcache_bin *bin, void *obj)
+/* The stack operations themselves; callers check emptiness and room. */
+static inline bool tcache_bin_empty(const struct tcache_bin *bin)
 {
-    bin->head = *(void **)obj;
-    bin->room++;
-    return obj;
+    return (uint16_t)(uintptr_t)bin->top == bin->empty_bits;
+}
+
+static inline bool tcache_bin_full(const struct tcache_bin *bin)
+{
+    return (uint16_t)(uintptr_t)bin->top == bin->full_bits;
+}
+
+static inline void *tcache_bin_pop(struct tcache_bin *bin)
+{
+    return *--bin->top;
 }
 
 static inline void tcache_bin_push(struct tcache_bin *bin, void *obj)
 {
-    *(void **)obj = bin->head;
-    bin->head = obj;
-    bin->room--;
+    *bin->top++ = obj;
 }
 
-/* Objects on the list. */
+/* Objects on the stack, and its limit (16-bit differences: a class's slots
+ * span less than 64 KiB). */
 static inline uint32_t tcache_bin_count(const struct tcache_bin *bin)
 {
-    return (uint16_t)(bin->max - bin->room);
+    return (uint16_t)((uint16_t)(uintptr_t)bin->top - bin->empty_bits) / sizeof(void *);
 }
 
-/* Sets the list's limit, never below the objects it holds. */
+static inline uint32_t tcache_bin_max(const struct tcache_bin *bin)
+{
+    return (uint16_t)(bin->full_bits - bin->empty_bits) / sizeof(void *);
+}
+
+/* The stack's first slot (NULL for bins[0] and tcache_empty's bins: in
+ * integers, as C has no arithmetic on a null pointer). */
+static inline void **tcache_bin_base(const struct tcache_bin *bin)
+{
+    return (void **)((uintptr_t)bin->top - tcache_bin_count(bin) * sizeof(void *));
+}
+
+/* Sets the stack's limit, never below the objects it holds (and, by its
+ * callers, never above the class's slots). */
 static inline void tcache_bin_set_max(struct tcache_bin *bin, uint32_t max)
 {
     uint32_t n = tcache_bin_count(bin);
     if (max < n)
         max = n;
-    bin->room = (uint16_t)(max - n);
-    bin->max = (uint16_t)max;
+    bin->full_bits = (uint16_t)(bin->empty_bits + max * sizeof(void *));
 }
 
-/* A new, registered cache with empty lists; NULL with ENOMEM. */
+/* A new, registered cache with empty stacks; NULL with ENOMEM. */
 struct tcache *tcache_create(void);
-/* Flushes every list and unregisters `tc`; its record is reused later. */
+/* Flushes every stack and unregisters `tc`; its record is reused later. */
 void tcache_destroy(struct tcache *tc);
 
-/* Slow path of malloc: the list of `cls` is empty.  Refills it with a batch
+/* Slow path of malloc: the stack of `cls` is empty.  Refills it with a batch
  * and returns one object, or NULL (ENOMEM). */
 void *tcache_refill(struct tcache *tc, unsigned cls);
-/* Slow path of free: the list of `cls` is at its limit.  Takes `obj` and
+/* Slow path of free: the stack of `cls` is at its limit.  Takes `obj` and
  * gives a batch back to the central list. */
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
 /* Slow path of free: `obj`, of class `cls`, is in a span another thread
@@ -213,7 +254,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj);
  * inbox or the central list (remote frees, above). */
 void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj, unsigned tag);
 /* An object of class `cls` back into `tc` on a slow path: onto the remote
- * chain if another thread owns its span, else onto the list, overflowing
+ * chain if another thread owns its span, else onto the stack, overflowing
  * if it is full (what the free fast path does, plus its exits). */
 void tcache_put(struct tcache *tc, unsigned cls, void *obj);
 /* Gives every cached object back, the inboxes' included (thread.tcache.flush,
@@ -223,7 +264,7 @@ void tcache_flush_all(struct tcache *tc);
  * records of exited threads included (malloc_trim). */
 void tcache_drain_all_inboxes(void);
 
-/* The most objects a list of class `cls` may hold (tcache.c's limits):
+/* The most objects a stack of class `cls` may hold (and its slots) (tcache.c's limits):
  * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than
  * a batch. */
 uint32_t tcache_class_cap(unsigned cls);
@@ -235,7 +276,8 @@ uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated);
 /* Bytes cached by all threads, their inboxes' included (stats). */
 size_t tcache_all_cached_bytes(void);
 
-/* Checks a cache's lists against their counts (tests, SA_DEBUG). */
+/* Checks a cache's stacks: bounds, and each object of its class (tests,
+ * SA_DEBUG). */
 void tcache_check(const struct tcache *tc);
 
 /* fork.c.  In the child only the forking thread exists: the other threads'
