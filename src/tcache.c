@@ -487,10 +487,14 @@ size_t tcache_all_cached_bytes(void)
     /* Racy reads of other threads' counts: a statistic, not a decision. */
     for (struct tcache *tc = registry; tc; tc = tc->next)
         for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-            struct tcache_bin bin = {__atomic_load_n(&tc->bins[cls].top, __ATOMIC_RELAXED),
-                                     tc->bins[cls].empty_bits, 0, 0};
+            /* top and empty_bits of a stack caught moving to its big slots
+             * belong to two places: the cap bounds that moment's error. */
+            struct tcache_bin bin = {
+                __atomic_load_n(&tc->bins[cls].top, __ATOMIC_RELAXED),
+                __atomic_load_n(&tc->bins[cls].empty_bits, __ATOMIC_RELAXED), 0, 0};
+            uint32_t n = tcache_bin_count(&bin), cap = tcache_class_cap(cls);
             uint32_t remote = __atomic_load_n(&tc->remote[cls].count, __ATOMIC_RELAXED);
-            bytes += (tcache_bin_count(&bin) + remote) * sizeclass_size(cls);
+            bytes += ((n < cap ? n : cap) + remote) * sizeclass_size(cls);
         }
     struct tcache *lists[] = {registry, spare}; /* an exited thread's inbox may hold some */
     for (unsigned i = 0; i < 2; i++)
