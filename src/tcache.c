@@ -14,19 +14,24 @@
  * records to reuse.  A cache's stacks are touched only by their thread.
  *
  * Slots.  Each class's stack starts in TCACHE_SMALL_SLOTS slots of the
- * record itself (24.8 KiB for all classes).  When a stack's max must grow
- * past them (refill), the cache maps `big`, every class's cap of slots at
- * fixed places (38,120 slots, 304 KiB of address space), and moves that
- * stack there; other stacks move when they grow.  Only the slots a stack
- * reaches are ever touched.  `big` stays with the record for its next
- * thread, whose stacks start small again and move into it without a
- * mapping.  So a thread that caches a few objects of each class (bench's
- * churn; test_storms' thousands of threads) never maps slots, and a
- * program whose busy threads come and go (bench's larson) maps them once
- * per record.  Unmapping them at each thread's exit instead (a mapping,
- * its page faults and an unmap per busy thread) made larson/threads=2,
- * whose threads come and go with each run, 1.12 times the linked lists'
- * time, against 0.80 kept (paired medians of 5 rounds on the 2-core VM).
+ * record itself (6.1 KiB for all classes: enough for a stack's first two
+ * refills).  When a stack's max must grow past them (refill), the stack
+ * moves to slots of its own, its class's cap of them (up to 16 KiB), taken
+ * from a pool of such slots per class, or mapped.  Only the slots a stack
+ * reaches are ever touched.  When the thread exits, they go back to their
+ * pool for the next thread whose stack of the class outgrows its small
+ * slots.  So a thread that caches a few objects of each class (bench's
+ * churn; most of test_storms' thousands of threads) holds no more than its
+ * record, the slots mapped are the most that threads held at once, and a
+ * program whose busy threads come and go (bench's larson) maps them once.
+ * Unmapping slots at each thread's exit instead (a mapping, its page faults
+ * and an unmap per busy thread) made larson/threads=2, whose threads come
+ * and go with each run, 1.12 times the linked lists' time, against 0.80
+ * reused (paired medians of 5 rounds on the 2-core VM).  Keeping them with
+ * the record, all classes' in one 304 KiB mapping, made test_storms'
+ * stats.metadata grow by 304 KiB each time one more record had a thread
+ * outgrow its small slots; and the record's own slots are few because its
+ * size is paid once for each of the most threads alive at once.
  */
 #include "tcache.h"
 
@@ -103,22 +108,21 @@ uint32_t tcache_class_cap(unsigned cls)
     return (uint32_t)cap;
 }
 
-/* The bytes of a cache's big slots, all classes' (whole pages), and the
- * place of class `cls`'s among them. */
-static size_t big_slots_bytes(void)
-{
-    size_t n = 0;
-    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        n += tcache_class_cap(cls);
-    return sa_align_up(n * sizeof(void *), SA_PAGE_SIZE);
-}
+/* Slots of each class that no thread holds, linked through their first
+ * slot (under registry_lock): an exited thread's, for the next thread
+ * whose stack of the class outgrows its small slots. */
+static void **class_slots_pool[SA_NUM_CLASSES];
 
-static size_t big_slots_offset(unsigned cls)
+/* tcache_class_cap(cls) slots for the stack of `cls`: from the pool, else
+ * newly mapped; NULL with ENOMEM. */
+static void **class_slots_take(unsigned cls)
 {
-    size_t n = 0;
-    for (unsigned c = 1; c < cls; c++)
-        n += tcache_class_cap(c);
-    return n;
+    sa_lock(&registry_lock);
+    void **slots = class_slots_pool[cls];
+    if (slots)
+        class_slots_pool[cls] = slots[0];
+    sa_unlock(&registry_lock);
+    return slots ? slots : meta_alloc(tcache_class_cap(cls) * sizeof(void *), SA_CACHELINE);
 }
 
 /* Points the empty stack of `cls` at `base`, with limit `max`. */
@@ -141,19 +145,18 @@ static uint32_t bin_slots(const struct tcache *tc, unsigned cls)
 }
 
 /* Gives the stack of `cls` slots for `max` objects: moves it, with what it
- * holds, to its big slots if its small ones are too few (mapping them
- * first if no stack has moved yet).  Returns how many it has slots for,
- * fewer than `max` only if the mapping failed. */
+ * holds, to slots of its own if its small ones are too few.  Returns how
+ * many it has slots for, fewer than `max` only if mapping them failed. */
 static uint32_t bin_make_room(struct tcache *tc, unsigned cls, uint32_t max)
 {
     uint32_t have = bin_slots(tc, cls);
     if (max <= have)
         return max;
-    if (!tc->big && !(tc->big = meta_alloc(big_slots_bytes(), 4096)))
+    void **base = class_slots_take(cls);
+    if (!base)
         return have;
     struct tcache_bin *bin = &tc->bins[cls];
     uint32_t n = tcache_bin_count(bin);
-    void **base = tc->big + big_slots_offset(cls);
     memcpy(base, tcache_bin_base(bin), n * sizeof(void *));
     bin_place(bin, base, tcache_bin_max(bin));
     bin->top = base + n;
@@ -370,6 +373,13 @@ void tcache_destroy(struct tcache *tc)
         tc->next->prev = tc->prev;
     tc->next = spare;
     spare = tc;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        void **slots = tcache_bin_base(&tc->bins[cls]); /* its stack is empty */
+        if (slots != tc->small_slots[cls]) {
+            slots[0] = class_slots_pool[cls];
+            class_slots_pool[cls] = slots;
+        }
+    }
     sa_unlock(&registry_lock);
 }
 
@@ -487,7 +497,7 @@ size_t tcache_all_cached_bytes(void)
     /* Racy reads of other threads' counts: a statistic, not a decision. */
     for (struct tcache *tc = registry; tc; tc = tc->next)
         for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-            /* top and empty_bits of a stack caught moving to its big slots
+            /* top and empty_bits of a stack caught moving to its own slots
              * belong to two places: the cap bounds that moment's error. */
             struct tcache_bin bin = {
                 __atomic_load_n(&tc->bins[cls].top, __ATOMIC_RELAXED),
@@ -512,8 +522,9 @@ void tcache_check(const struct tcache *tc)
         const struct tcache_bin *bin = &tc->bins[cls];
         uint32_t count = tcache_bin_count(bin), max = tcache_bin_max(bin);
         const void *base = tcache_bin_base(bin);
-        bool placed = base == tc->small_slots[cls] ||
-                      (tc->big && base == tc->big + big_slots_offset(cls));
+        /* Not in the small slots: in class_slots_take()'s, which no
+         * record names. */
+        bool placed = base == tc->small_slots[cls] || (uintptr_t)base % SA_CACHELINE == 0;
         if (bin->size != sizeclass_size(cls) ||
             (cls == 0 ? bin->top || bin->empty_bits || bin->full_bits
                       : !placed || (uint16_t)(uintptr_t)base != bin->empty_bits ||

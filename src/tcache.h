@@ -141,7 +141,7 @@ static inline uint32_t tcache_inbox_count(uint64_t word)
 }
 
 /* Slots each class's stack has in the record itself (tcache.c). */
-#define TCACHE_SMALL_SLOTS 32
+#define TCACHE_SMALL_SLOTS 8
 
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
@@ -169,11 +169,8 @@ struct tcache {
      * Read by other threads at any time, so it is last and a new cache's
      * clearing stops before it: it survives the record's reuse. */
     uint32_t incarnation;
-    /* The stacks' slots (tcache.c): each class starts in its few slots
-     * here; a stack that grows past them moves to its place in `big`, every
-     * class's tcache_class_cap() slots, mapped when the first stack of the
-     * record moves (NULL until then).  Both stay with the record. */
-    void **big;
+    /* Each class's stack starts in its few slots here and moves to slots
+     * of its own when it outgrows them (tcache.c). */
     void *small_slots[SA_NUM_CLASSES][TCACHE_SMALL_SLOTS];
     /* Owner inboxes (above), one word per class, written by other threads
      * at any time: on lines of their own, apart from the stacks free()

@@ -206,49 +206,66 @@ static size_t metadata_bytes(void)
     return bytes;
 }
 
-struct big_slots_use {
+struct own_slots_use {
     size_t metadata; /* stats.metadata while the thread lives */
-    bool moved;      /* its stack of 64-byte objects is in the big slots */
+    void **slots;    /* where its stack of 64-byte objects is */
+    bool moved;      /* out of the record's small slots */
 };
 
 /* Caches more 64-byte objects than the record's slots of their class hold
  * (tcache.c). */
 static void *cache_past_small_slots(void *arg)
 {
-    struct big_slots_use *use = arg;
+    struct own_slots_use *use = arg;
     enum { N = 4 * TCACHE_SMALL_SLOTS };
     void *objs[N];
     for (unsigned i = 0; i < N; i++)
         objs[i] = malloc(64);
     for (unsigned i = 0; i < N; i++)
         free(objs[i]);
-    struct tcache *tc = tcache_get();
-    void **base = tcache_bin_base(&tc->bins[sizeclass_of(64)]);
-    use->moved = tc->big && base >= tc->big && base != (void **)tc->small_slots[sizeclass_of(64)];
+    const struct tcache *tc = tcache_get();
+    use->slots = tcache_bin_base(&tc->bins[sizeclass_of(64)]);
+    use->moved = use->slots != (void **)tc->small_slots[sizeclass_of(64)];
     use->metadata = metadata_bytes();
     return NULL;
 }
 
-/* A thread whose stacks outgrow the record's slots maps bigger ones
- * (tcache.c), which stay with the record: the next thread that reuses it
- * and outgrows them too maps nothing new, so threads that come and go
- * keep mapping no more than the most that lived at once. */
-static void test_tcache_big_slots_stay_with_the_record(void **state)
+/* Caches one 64-byte object: within the record's slots. */
+static void *cache_within_small_slots(void *arg)
+{
+    free(malloc(64));
+    const struct tcache *tc = tcache_get();
+    *(bool *)arg = tcache_bin_base(&tc->bins[sizeclass_of(64)]) ==
+                   (void **)tc->small_slots[sizeclass_of(64)];
+    return NULL;
+}
+
+/* A thread whose stack outgrows the record's slots of its class takes
+ * slots of its own (tcache.c), which go to a pool when it exits: the next
+ * thread whose stack of the class outgrows its small slots takes them and
+ * maps nothing new, so threads that come and go map no more than the most
+ * that held them at once.  A thread in between that caches little starts
+ * in the small slots again. */
+static void test_tcache_own_slots_go_to_the_next_thread(void **state)
 {
     (void)state;
     pthread_t t;
-    struct big_slots_use first, second;
+    struct own_slots_use first, second;
+    bool small = false;
     size_t before = metadata_bytes();
     assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &first), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     size_t between = metadata_bytes();
+    assert_int_equal(pthread_create(&t, NULL, cache_within_small_slots, &small), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &second), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     size_t after = metadata_bytes();
     fprintf(stderr, "# stats.metadata %zu before, %zu in the first thread, %zu between, "
             "%zu in the second, %zu after\n", before, first.metadata, between,
             second.metadata, after);
-    assert_true(first.moved && second.moved);
+    assert_true(first.moved && small && second.moved);
+    assert_ptr_equal(second.slots, first.slots);
     assert_int_equal(second.metadata, between);
     assert_int_equal(after, between);
 }
@@ -845,7 +862,7 @@ int main(void)
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
         cmocka_unit_test(test_tcache_refill_hands_out_in_chain_order),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
-        cmocka_unit_test(test_tcache_big_slots_stay_with_the_record),
+        cmocka_unit_test(test_tcache_own_slots_go_to_the_next_thread),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
         cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
