@@ -8,6 +8,7 @@
  */
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "../../include/salloc.h"
 #include "dump.h"
@@ -268,6 +269,79 @@ static void test_tcache_own_slots_go_to_the_next_thread(void **state)
     assert_ptr_equal(second.slots, first.slots);
     assert_int_equal(second.metadata, between);
     assert_int_equal(after, between);
+}
+
+/* Threads that outgrow their small slots at the same time, and exit at the
+ * same time, round after round: the pool (tcache.c) never hands one
+ * class's slots to two live threads.  Each thread fills its stacks of two
+ * classes (an owner-tagged one and a larger one) past the small slots,
+ * waits until every thread of the round has, then takes its objects back:
+ * a stack another thread shared would give back objects that thread
+ * freed, or lose some. */
+enum { OWN_THREADS = 4, OWN_ROUNDS = 25, OWN_OBJS = 4 * TCACHE_SMALL_SLOTS };
+static const size_t own_sizes[2] = {64, 512};
+
+struct own_slots_round {
+    pthread_barrier_t filled, checked;
+    atomic_uint next;
+    void **slots[OWN_THREADS][2]; /* each thread's, while all are live */
+    atomic_bool moved_all, got_back_all;
+};
+
+static void *outgrow_together(void *arg)
+{
+    struct own_slots_round *r = arg;
+    unsigned me = atomic_fetch_add(&r->next, 1);
+    void *objs[2][OWN_OBJS];
+    for (unsigned k = 0; k < 2; k++)
+        for (unsigned i = 0; i < OWN_OBJS; i++)
+            if (!(objs[k][i] = malloc(own_sizes[k])))
+                abort(); /* no cmocka assertion off the test's thread */
+    for (unsigned k = 0; k < 2; k++)
+        for (unsigned i = 0; i < OWN_OBJS; i++)
+            free(objs[k][i]);
+    const struct tcache *tc = tcache_get();
+    for (unsigned k = 0; k < 2; k++) {
+        unsigned cls = sizeclass_of(own_sizes[k]);
+        r->slots[me][k] = tcache_bin_base(&tc->bins[cls]);
+        if (r->slots[me][k] == (void **)tc->small_slots[cls])
+            atomic_store(&r->moved_all, false);
+    }
+    pthread_barrier_wait(&r->filled);
+    for (unsigned k = 0; k < 2; k++)
+        for (unsigned i = OWN_OBJS; i-- > 0;) /* a stack: the last freed first */
+            if (malloc(own_sizes[k]) != objs[k][i])
+                atomic_store(&r->got_back_all, false);
+    pthread_barrier_wait(&r->checked);
+    for (unsigned k = 0; k < 2; k++)
+        for (unsigned i = 0; i < OWN_OBJS; i++)
+            free(objs[k][i]);
+    return NULL;
+}
+
+static void test_tcache_own_slots_are_never_shared(void **state)
+{
+    (void)state;
+    bool was_active = test_prof_active(false); /* no sample in place of a pop */
+    for (unsigned round = 0; round < OWN_ROUNDS; round++) {
+        struct own_slots_round r = {.moved_all = true, .got_back_all = true};
+        pthread_barrier_init(&r.filled, NULL, OWN_THREADS);
+        pthread_barrier_init(&r.checked, NULL, OWN_THREADS);
+        pthread_t t[OWN_THREADS];
+        for (unsigned i = 0; i < OWN_THREADS; i++)
+            assert_int_equal(pthread_create(&t[i], NULL, outgrow_together, &r), 0);
+        for (unsigned i = 0; i < OWN_THREADS; i++)
+            assert_int_equal(pthread_join(t[i], NULL), 0);
+        pthread_barrier_destroy(&r.filled);
+        pthread_barrier_destroy(&r.checked);
+        assert_true(atomic_load(&r.moved_all));
+        assert_true(atomic_load(&r.got_back_all));
+        for (unsigned k = 0; k < 2; k++)
+            for (unsigned i = 0; i < OWN_THREADS; i++)
+                for (unsigned j = i + 1; j < OWN_THREADS; j++)
+                    assert_ptr_not_equal(r.slots[i][k], r.slots[j][k]);
+    }
+    test_prof_active(was_active);
 }
 
 static void test_tcache_destroy_returns_everything(void **state)
@@ -863,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_tcache_refill_hands_out_in_chain_order),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
         cmocka_unit_test(test_tcache_own_slots_go_to_the_next_thread),
+        cmocka_unit_test(test_tcache_own_slots_are_never_shared),
         cmocka_unit_test(test_tcache_destroy_returns_everything),
         cmocka_unit_test(test_tcache_thread_exit_returns_cache),
         cmocka_unit_test(test_tcache_owner_tags_are_distinct_four_bit_bytes),
