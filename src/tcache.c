@@ -14,23 +14,28 @@
  * records to reuse.  A cache's stacks are touched only by their thread.
  *
  * Slots.  Each class's stack starts in TCACHE_SMALL_SLOTS slots of the
- * record itself (6.1 KiB for all classes: enough for a stack's first two
- * refills).  When a stack's max must grow past them (refill), the stack
- * moves to slots of its own, its class's cap of them (up to 16 KiB), taken
- * from a pool of such slots per class, or mapped.  Only the slots a stack
- * reaches are ever touched.  When the thread exits, they go back to their
- * pool for the next thread whose stack of the class outgrows its small
- * slots.  So a thread that caches a few objects of each class (bench's
- * churn; most of test_storms' thousands of threads) holds no more than its
- * record, the slots mapped are the most that threads held at once, and a
- * program whose busy threads come and go (bench's larson) maps them once.
- * Unmapping slots at each thread's exit instead (a mapping, its page faults
- * and an unmap per busy thread) made larson/threads=2, whose threads come
- * and go with each run, 1.12 times the linked lists' time, against 0.80
- * reused (paired medians of 5 rounds on the 2-core VM).  Keeping them with
- * the record, all classes' in one 304 KiB mapping, made test_storms'
- * stats.metadata grow by 304 KiB each time one more record had a thread
- * outgrow its small slots; and the record's own slots are few because its
+ * record itself (tier 0; 6.1 KiB for all classes: enough for a stack's
+ * first two refills).  When a stack's max must grow past them (refill),
+ * the stack moves to slots of its own: TCACHE_MID_SLOTS of them (tier 1,
+ * 512 bytes), then, if it grows past those too, its class's cap (tier 2,
+ * up to 16 KiB).  Own slots come from a pool per class and tier, or are
+ * mapped; the slots a stack leaves for a bigger tier, and all of them
+ * when the thread exits, go back to their pool for the next stack that
+ * grows into them.  Only the slots a stack reaches are ever touched.  So
+ * a thread that caches a few objects of each class (bench's churn; most of
+ * test_storms' thousands of threads) holds no more than its record and a
+ * few hundred bytes a class, the slots mapped are the most that threads
+ * held at once, and a program whose busy threads come and go (bench's
+ * larson) maps them once.  Unmapping slots at each thread's exit instead
+ * (a mapping, its page faults and an unmap per busy thread) made
+ * larson/threads=2, whose threads come and go with each run, 1.12 times
+ * the linked lists' time, against 0.80 reused (paired medians of 5 rounds
+ * on the 2-core VM).  Keeping them with the record, all classes' in one
+ * 304 KiB mapping, made test_storms' stats.metadata grow by 304 KiB each
+ * time one more record had a thread outgrow its small slots; going
+ * straight to the cap, 16 KiB for the smallest classes, mapped 1.9 MiB of
+ * slots for its storm of short threads (0.75 MiB of growth after its
+ * warm-up, with SA_DEBUG); and the record's own slots are few because its
  * size is paid once for each of the most threads alive at once.
  */
 #include "tcache.h"
@@ -108,21 +113,37 @@ uint32_t tcache_class_cap(unsigned cls)
     return (uint32_t)cap;
 }
 
-/* Slots of each class that no thread holds, linked through their first
- * slot (under registry_lock): an exited thread's, for the next thread
- * whose stack of the class outgrows its small slots. */
-static void **class_slots_pool[SA_NUM_CLASSES];
+/* How many slots a stack of `cls` has in each tier (see Slots, above). */
+static uint32_t tier_slots(unsigned cls, unsigned tier)
+{
+    uint32_t cap = tcache_class_cap(cls);
+    uint32_t n = tier == 0 ? TCACHE_SMALL_SLOTS : tier == 1 ? TCACHE_MID_SLOTS : cap;
+    return n < cap ? n : cap;
+}
 
-/* tcache_class_cap(cls) slots for the stack of `cls`: from the pool, else
- * newly mapped; NULL with ENOMEM. */
-static void **class_slots_take(unsigned cls)
+/* Slots of tiers 1 and 2 that no thread holds, per class, linked through
+ * their first slot (under registry_lock): an exited thread's, or those a
+ * stack left for a bigger tier, for the next stack that grows into them. */
+static void **class_slots_pool[SA_NUM_CLASSES][2];
+
+/* Slots of `tier` (1 or 2) for a stack of `cls`: from the pool, else newly
+ * mapped; NULL with ENOMEM. */
+static void **class_slots_take(unsigned cls, unsigned tier)
 {
     sa_lock(&registry_lock);
-    void **slots = class_slots_pool[cls];
+    void **slots = class_slots_pool[cls][tier - 1];
     if (slots)
-        class_slots_pool[cls] = slots[0];
+        class_slots_pool[cls][tier - 1] = slots[0];
     sa_unlock(&registry_lock);
-    return slots ? slots : meta_alloc(tcache_class_cap(cls) * sizeof(void *), SA_CACHELINE);
+    return slots ? slots : meta_alloc(tier_slots(cls, tier) * sizeof(void *), SA_CACHELINE);
+}
+
+/* Under registry_lock: slots of `tier` (1 or 2) that no stack uses any more,
+ * back to their pool. */
+static void class_slots_give_locked(unsigned cls, unsigned tier, void **slots)
+{
+    slots[0] = class_slots_pool[cls][tier - 1];
+    class_slots_pool[cls][tier - 1] = slots;
 }
 
 /* Points the empty stack of `cls` at `base`, with limit `max`. */
@@ -136,30 +157,38 @@ static void bin_place(struct tcache_bin *bin, void **base, uint32_t max)
 /* The most objects the stack of `cls` has slots for where it is now. */
 static uint32_t bin_slots(const struct tcache *tc, unsigned cls)
 {
-    const struct tcache_bin *bin = &tc->bins[cls];
-    void **base = tcache_bin_base(bin);
-    if (base == (void **)tc->small_slots[cls])
-        return TCACHE_SMALL_SLOTS < tcache_class_cap(cls) ? TCACHE_SMALL_SLOTS
-                                                          : tcache_class_cap(cls);
-    return tcache_class_cap(cls);
+    return tier_slots(cls, tc->slots_tier[cls]);
 }
 
-/* Gives the stack of `cls` slots for `max` objects: moves it, with what it
- * holds, to slots of its own if its small ones are too few.  Returns how
- * many it has slots for, fewer than `max` only if mapping them failed. */
+/* Gives the stack of `cls` slots for `max` objects (at most the class's
+ * cap): moves it, with what it holds, to the first tier with room for
+ * them if its slots are too few, and gives the slots it leaves, if its
+ * own, back to their pool.  Returns how many it has slots for, fewer than
+ * `max` only if mapping them failed. */
 static uint32_t bin_make_room(struct tcache *tc, unsigned cls, uint32_t max)
 {
     uint32_t have = bin_slots(tc, cls);
     if (max <= have)
         return max;
-    void **base = class_slots_take(cls);
+    unsigned from = tc->slots_tier[cls], to = from;
+    do
+        to++;
+    while (to < 2 && tier_slots(cls, to) < max);
+    void **base = class_slots_take(cls, to);
     if (!base)
         return have;
     struct tcache_bin *bin = &tc->bins[cls];
+    void **old = tcache_bin_base(bin);
     uint32_t n = tcache_bin_count(bin);
-    memcpy(base, tcache_bin_base(bin), n * sizeof(void *));
+    memcpy(base, old, n * sizeof(void *));
     bin_place(bin, base, tcache_bin_max(bin));
     bin->top = base + n;
+    tc->slots_tier[cls] = (uint8_t)to;
+    if (from > 0) {
+        sa_lock(&registry_lock);
+        class_slots_give_locked(cls, from, old);
+        sa_unlock(&registry_lock);
+    }
     return max;
 }
 
@@ -373,13 +402,9 @@ void tcache_destroy(struct tcache *tc)
         tc->next->prev = tc->prev;
     tc->next = spare;
     spare = tc;
-    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-        void **slots = tcache_bin_base(&tc->bins[cls]); /* its stack is empty */
-        if (slots != tc->small_slots[cls]) {
-            slots[0] = class_slots_pool[cls];
-            class_slots_pool[cls] = slots;
-        }
-    }
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        if (tc->slots_tier[cls] > 0) /* its stack is empty */
+            class_slots_give_locked(cls, tc->slots_tier[cls], tcache_bin_base(&tc->bins[cls]));
     sa_unlock(&registry_lock);
 }
 
@@ -522,9 +547,10 @@ void tcache_check(const struct tcache *tc)
         const struct tcache_bin *bin = &tc->bins[cls];
         uint32_t count = tcache_bin_count(bin), max = tcache_bin_max(bin);
         const void *base = tcache_bin_base(bin);
-        /* Not in the small slots: in class_slots_take()'s, which no
-         * record names. */
-        bool placed = base == tc->small_slots[cls] || (uintptr_t)base % SA_CACHELINE == 0;
+        /* Tiers 1 and 2: in class_slots_take()'s, which no record names. */
+        bool placed = tc->slots_tier[cls] == 0
+                          ? base == tc->small_slots[cls]
+                          : base != tc->small_slots[cls] && (uintptr_t)base % SA_CACHELINE == 0;
         if (bin->size != sizeclass_size(cls) ||
             (cls == 0 ? bin->top || bin->empty_bits || bin->full_bits
                       : !placed || (uint16_t)(uintptr_t)base != bin->empty_bits ||

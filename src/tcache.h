@@ -140,8 +140,10 @@ static inline uint32_t tcache_inbox_count(uint64_t word)
     return (uint32_t)(word >> SA_ADDRESS_BITS);
 }
 
-/* Slots each class's stack has in the record itself (tcache.c). */
+/* Slots each class's stack has in the record itself, and in its first
+ * slots of its own (tcache.c). */
 #define TCACHE_SMALL_SLOTS 8
+#define TCACHE_MID_SLOTS 64
 
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
@@ -162,6 +164,7 @@ struct tcache {
     uint32_t events;                      /* refills + overflows, for budget checks */
 
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
+    uint8_t slots_tier[SA_NUM_CLASSES];   /* where each stack's slots are (tcache.c) */
     struct tcache_remote remote[SA_NUM_CLASSES];
     struct tcache *next, *prev;           /* registry, under its lock */
     /* Bumped when the record's thread goes away (exit, or absent from a fork

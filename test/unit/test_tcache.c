@@ -208,25 +208,25 @@ static size_t metadata_bytes(void)
 }
 
 struct own_slots_use {
+    unsigned n;      /* 64-byte objects to cache */
     size_t metadata; /* stats.metadata while the thread lives */
     void **slots;    /* where its stack of 64-byte objects is */
-    bool moved;      /* out of the record's small slots */
+    unsigned tier;   /* and in which tier (tcache.c) */
 };
 
-/* Caches more 64-byte objects than the record's slots of their class hold
- * (tcache.c). */
+/* Caches use->n 64-byte objects (tcache.c's tiers: past the record's
+ * slots, past the first slots of its own). */
 static void *cache_past_small_slots(void *arg)
 {
     struct own_slots_use *use = arg;
-    enum { N = 4 * TCACHE_SMALL_SLOTS };
-    void *objs[N];
-    for (unsigned i = 0; i < N; i++)
+    void *objs[4 * TCACHE_MID_SLOTS];
+    for (unsigned i = 0; i < use->n; i++)
         objs[i] = malloc(64);
-    for (unsigned i = 0; i < N; i++)
+    for (unsigned i = 0; i < use->n; i++)
         free(objs[i]);
     const struct tcache *tc = tcache_get();
     use->slots = tcache_bin_base(&tc->bins[sizeclass_of(64)]);
-    use->moved = use->slots != (void **)tc->small_slots[sizeclass_of(64)];
+    use->tier = tc->slots_tier[sizeclass_of(64)];
     use->metadata = metadata_bytes();
     return NULL;
 }
@@ -242,33 +242,39 @@ static void *cache_within_small_slots(void *arg)
 }
 
 /* A thread whose stack outgrows the record's slots of its class takes
- * slots of its own (tcache.c), which go to a pool when it exits: the next
- * thread whose stack of the class outgrows its small slots takes them and
- * maps nothing new, so threads that come and go map no more than the most
- * that held them at once.  A thread in between that caches little starts
- * in the small slots again. */
+ * slots of its own (tcache.c), first a few, then the class's cap, which go
+ * to a pool when it exits (the few when it leaves them): the next thread
+ * whose stack of the class grows as far takes the same slots and maps
+ * nothing new, so threads that come and go map no more than the most that
+ * held them at once.  A thread in between that caches little starts in the
+ * small slots again. */
 static void test_tcache_own_slots_go_to_the_next_thread(void **state)
 {
     (void)state;
-    pthread_t t;
-    struct own_slots_use first, second;
-    bool small = false;
-    size_t before = metadata_bytes();
-    assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &first), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    size_t between = metadata_bytes();
-    assert_int_equal(pthread_create(&t, NULL, cache_within_small_slots, &small), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &second), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    size_t after = metadata_bytes();
-    fprintf(stderr, "# stats.metadata %zu before, %zu in the first thread, %zu between, "
-            "%zu in the second, %zu after\n", before, first.metadata, between,
-            second.metadata, after);
-    assert_true(first.moved && small && second.moved);
-    assert_ptr_equal(second.slots, first.slots);
-    assert_int_equal(second.metadata, between);
-    assert_int_equal(after, between);
+    const unsigned counts[2] = {4 * TCACHE_SMALL_SLOTS, 4 * TCACHE_MID_SLOTS};
+    for (unsigned tier = 1; tier <= 2; tier++) {
+        pthread_t t;
+        struct own_slots_use first = {.n = counts[tier - 1]}, second = first;
+        bool small = false;
+        size_t before = metadata_bytes();
+        assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &first), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        size_t between = metadata_bytes();
+        assert_int_equal(pthread_create(&t, NULL, cache_within_small_slots, &small), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(pthread_create(&t, NULL, cache_past_small_slots, &second), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        size_t after = metadata_bytes();
+        fprintf(stderr, "# %u objects: tier %u; stats.metadata %zu before, %zu in the first "
+                "thread, %zu between, %zu in the second, %zu after\n", first.n, first.tier,
+                before, first.metadata, between, second.metadata, after);
+        assert_int_equal(first.tier, tier);
+        assert_int_equal(second.tier, tier);
+        assert_true(small);
+        assert_ptr_equal(second.slots, first.slots);
+        assert_int_equal(second.metadata, between);
+        assert_int_equal(after, between);
+    }
 }
 
 /* Threads that outgrow their small slots at the same time, and exit at the
@@ -304,7 +310,7 @@ static void *outgrow_together(void *arg)
     for (unsigned k = 0; k < 2; k++) {
         unsigned cls = sizeclass_of(own_sizes[k]);
         r->slots[me][k] = tcache_bin_base(&tc->bins[cls]);
-        if (r->slots[me][k] == (void **)tc->small_slots[cls])
+        if (tc->slots_tier[cls] == 0 || r->slots[me][k] == (void **)tc->small_slots[cls])
             atomic_store(&r->moved_all, false);
     }
     pthread_barrier_wait(&r->filled);
