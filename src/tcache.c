@@ -53,11 +53,10 @@
 /* Per-class cap on cached bytes: small classes are capped by count (whose
  * slots must span less than 64 KiB: tcache.h).  Classes above
  * TCACHE_BIG_CLASS keep at most TCACHE_BIG_CLASS_BYTES, a batch's worth: a
- * program allocates few of them
- * between two frees, and each stack held up to 256 KiB of them idle, which
- * the central list could not give to anyone.  In bench's sizemix/live=100000
- * (15% of objects between 1 and 64 KiB) the smaller cap left 1.05 MiB less
- * resident after 4.5M operations. */
+ * program allocates few of them between two frees, and each stack held up
+ * to 256 KiB of them idle, which the central list could not give to
+ * anyone.  In bench's sizemix/live=100000 (15% of objects between 1 and 64
+ * KiB) the smaller cap left 1.05 MiB less resident after 4.5M operations. */
 #define TCACHE_CLASS_BYTES ((size_t)256 << 10)
 #define TCACHE_CLASS_MAX_OBJECTS 2048u
 #define TCACHE_BIG_CLASS 1024u
@@ -205,7 +204,7 @@ struct tcache *tcache_create(void)
     } else {
         if (!(tc = meta_alloc(sizeof(*tc), SA_CACHELINE)))
             return NULL;
-        tc->owner_tag = (uint8_t)(tag = next_owner_tag());
+        tag = next_owner_tag();
     }
     memset(tc, 0, offsetof(struct tcache, incarnation)); /* 0 in a fresh record */
     tc->owner_tag = (uint8_t)tag;

@@ -7,7 +7,7 @@
  *
  *   bins[cls]:  top -> the slot above the last object pushed; the class's
  *                      slots run from its base upwards (tcache.c: a few in
- *                      the record, tcache_class_cap() once it grows)
+ *                      the record, then slots of its own as it grows)
  *               empty_bits = the low 16 bits of top when the stack is empty
  *               full_bits  = those when it holds `max`, the stack's limit
  *               size  = the class's object size (0 in bins[0])
@@ -264,7 +264,7 @@ void tcache_flush_all(struct tcache *tc);
  * records of exited threads included (malloc_trim). */
 void tcache_drain_all_inboxes(void);
 
-/* The most objects a stack of class `cls` may hold (and its slots) (tcache.c's limits):
+/* The most objects a stack of class `cls` may hold (tcache.c's limits):
  * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than
  * a batch. */
 uint32_t tcache_class_cap(unsigned cls);
