@@ -29,23 +29,31 @@
  * remote frees and owner inboxes), or here when the owner is gone or its
  * inbox full, instead of letting the freeing thread reuse them.
  *
- * Transfer chains.  A batch given back whole goes to the spans one object
- * at a time: a pagemap lookup, a push onto its span's list, and for a
- * class of a few objects per span often a span emptied and given to the
- * page heap, which the next batch taken maps and carves again.  So a class
- * above AFFINITY_MAX_SIZE (whose spans have no owner) keeps up to
- * central_xfer_slots() chains given back as they came, at most a batch each, and
+ * Transfer caches.  A batch given back goes to the spans one object at a
+ * time: a pagemap lookup, a push onto its span's list, and for a class of
+ * a few objects per span often a span emptied and given to the page heap,
+ * which the next batch taken maps and carves again.  So a class above
+ * AFFINITY_MAX_SIZE (whose spans have no owner) keeps up to
+ * central_xfer_capacity() objects given back, as a stack of pointers, and
  * hands them out again as they are, as tcmalloc's transfer cache does: a
  * thread that frees what another allocates (larson, producer and consumer)
- * moves a batch with one lock hold and no object touched.  The objects of a
- * kept chain are free but still out of their spans (span->allocated counts
- * them), so their spans stay; malloc_trim gives them back to their spans
+ * moves a batch with one lock hold, two copies of its pointers and no
+ * object read or written.  (Kept as chains linked through the objects, the
+ * taker's walk of a chain that the giver had written on another core was a
+ * cache miss per object: prodcons/1024, whose 1 KiB objects have no owner
+ * inboxes, spent most of its refills there.)  The kept objects are free
+ * but still out of their spans (span->allocated counts them), so their
+ * spans stay; malloc_trim gives them back to their spans
  * (central_release_empty), and the cap is XFER_BYTES a class (one batch,
  * 64 KiB, above 1 KiB objects).
+ *
+ * Batches travel as arrays in stack order (central.h): objs[n - 1] is the
+ * most recently freed, and the first handed out again.
  */
 #include "central.h"
 
 #include <limits.h>
+#include <string.h>
 
 #include "lock.h"
 #include "log.h"
@@ -53,31 +61,33 @@
 #include "pagemap.h"
 #include "sizeclass.h"
 
-/* A chain of free objects given back whole, linked through word 0. */
-struct xfer_chain {
-    void *head, *tail;
-    unsigned count;
-};
-
-/* Chains a class keeps at most, and the bytes they may hold together:
- * XFER_BYTES, or XFER_BIG_CLASS_BYTES (one batch) for classes above
- * XFER_BIG_CLASS.  Chains serve threads that free what others allocate
- * (larson, producer and consumer: objects up to 1 KiB in bench); of bigger
- * classes a program moves few, and two batches of each class kept idle
- * left 0.65 MiB more resident in bench's sizemix/live=100000 after 4.5M
- * operations, where nothing crosses threads. */
-#define XFER_MAX_SLOTS 8
+/* The transfer caches' bytes a class may hold: XFER_BYTES, or
+ * XFER_BIG_CLASS_BYTES (one batch) for classes above XFER_BIG_CLASS, in
+ * whole batches, at most XFER_MAX_BATCHES.  They serve threads that free
+ * what others allocate (larson, producer and consumer: objects up to 1 KiB
+ * in bench); of bigger classes a program moves few, and two batches of
+ * each class kept idle left 0.65 MiB more resident in bench's
+ * sizemix/live=100000 after 4.5M operations, where nothing crosses
+ * threads. */
+#define XFER_MAX_BATCHES 8
 #define XFER_BYTES ((size_t)128 << 10)
 #define XFER_BIG_CLASS 1024u
 #define XFER_BIG_CLASS_BYTES ((size_t)64 << 10)
+
+/* Slots of all classes' transfer caches together: the sum of
+ * central_xfer_capacity() over the classes (4,289 with the table of 98
+ * classes; test_central checks the sum fits). */
+#define XFER_STORE_SLOTS 4608
 
 struct central {
     sa_lock_t lock;
     struct span *partial; /* spans with free objects, most recently used first */
     struct span *empty;   /* one span with no object out, kept for reuse */
     size_t spans;         /* small spans owned by the class, empty one included */
-    size_t allocated;     /* objects handed out (not those in its chains) */
-    unsigned nxfer;       /* transfer chains kept, in xfers[class] */
+    size_t allocated;     /* objects handed out (not those in its transfer cache) */
+    void **xfer;          /* its transfer cache's slots (xfer_store); NULL until used */
+    unsigned xfer_cap;    /* how many */
+    unsigned nxfer;       /* objects in it: xfer[0, nxfer), the last the most recent */
 } SA_ALIGNED(SA_CACHELINE);
 
 /* Statically initialised (a GNU range initialiser) so that the very first
@@ -86,10 +96,11 @@ static struct central centrals[SA_NUM_CLASSES] = {
     [0 ... SA_NUM_CLASSES - 1] = {.lock = SA_LOCK_INITIALIZER(LOCK_RANK_CENTRAL)},
 };
 
-/* Each class's transfer chains, the last the most recent; under its lock.
- * Apart from centrals (initialised, so .data) so that they are zero-fill,
- * placed after the small variables (SA_BSS_APART). */
-SA_BSS_APART static struct xfer_chain xfers[SA_NUM_CLASSES][XFER_MAX_SLOTS];
+/* The transfer caches' slots, each class's after the ones of the classes
+ * below it.  Apart from centrals (initialised, so .data) so that they are
+ * zero-fill, placed after the small variables (SA_BSS_APART): a page of it
+ * costs memory only once a class uses it. */
+SA_BSS_APART static void *xfer_store[XFER_STORE_SLOTS];
 
 static struct central *central_of(unsigned cls) { return &centrals[cls]; }
 
@@ -159,51 +170,38 @@ static struct span *span_for(struct central *c, unsigned cls, struct central_own
     return c->partial; /* out of memory: anyone's will do */
 }
 
-/* Transfer chains (above) a class may keep: as many batches as fit in
- * XFER_BYTES, or one in XFER_BIG_CLASS_BYTES for the classes above
- * XFER_BIG_CLASS (none for the largest, where a batch of two objects is
- * more than that and moving it costs little next to using it), and none
- * for classes that keep to their owners' spans (a chain mixes anyone's
- * objects). */
-unsigned central_xfer_slots(unsigned cls)
+/* Objects a class's transfer cache (above) may hold: as many whole
+ * batches as fit in XFER_BYTES, or one in XFER_BIG_CLASS_BYTES for the
+ * classes above XFER_BIG_CLASS (none for the largest, where a batch of two
+ * objects is more than that and moving it costs little next to using it),
+ * and none for classes that keep to their owners' spans (the cache mixes
+ * anyone's objects). */
+unsigned central_xfer_capacity(unsigned cls)
 {
-    size_t size = sizeclass_size(cls);
+    size_t size = sizeclass_size(cls), batch = sizeclass_batch(cls);
     if (size <= AFFINITY_MAX_SIZE)
         return 0;
     size_t cap = size > XFER_BIG_CLASS ? XFER_BIG_CLASS_BYTES : XFER_BYTES;
-    size_t n = cap / (size * sizeclass_batch(cls));
-    return n > XFER_MAX_SLOTS ? XFER_MAX_SLOTS : (unsigned)n;
+    size_t n = cap / (size * batch);
+    return (unsigned)((n > XFER_MAX_BATCHES ? XFER_MAX_BATCHES : n) * batch);
 }
 
-/* Under the lock: up to `want` objects from the most recent chain, chained
- * from *first to *last; how many. */
-static unsigned xfer_take(struct central *c, unsigned cls, unsigned want, void **first,
-                          void **last)
-{
-    struct xfer_chain *x = &xfers[cls][c->nxfer - 1];
-    *first = x->head;
-    if (x->count <= want) {
-        *last = x->tail;
-        c->nxfer--;
-        return x->count;
-    }
-    void *end = x->head;
-    for (unsigned i = 1; i < want; i++)
-        end = *(void **)end;
-    *last = end;
-    x->head = *(void **)end;
-    x->count -= want;
-    return want;
-}
+unsigned central_xfer_store_slots(void) { return XFER_STORE_SLOTS; }
 
-/* Under the lock: keeps `n` objects chained from head to tail as a chain
- * if the class has a slot for it; false if not. */
-static bool xfer_keep(struct central *c, unsigned cls, void *head, void *tail, unsigned n)
+/* Under the lock: the class's transfer cache's slots, placed in xfer_store
+ * on first use (from the table alone, so every class finds the same place
+ * whenever it asks). */
+static void **xfer_slots(struct central *c, unsigned cls)
 {
-    if (n > sizeclass_batch(cls) || c->nxfer >= central_xfer_slots(cls))
-        return false;
-    xfers[cls][c->nxfer++] = (struct xfer_chain){head, tail, n};
-    return true;
+    if (c->xfer)
+        return c->xfer;
+    unsigned below = 0, cap = central_xfer_capacity(cls);
+    for (unsigned k = 1; k < cls; k++)
+        below += central_xfer_capacity(k);
+    if (below + cap > XFER_STORE_SLOTS)
+        sa_fatal("central: transfer caches need more than %u slots", XFER_STORE_SLOTS);
+    c->xfer_cap = cap;
+    return c->xfer = xfer_store + below;
 }
 
 /* Debug builds: the class's spans and lists, every 16th batch of the
@@ -215,33 +213,31 @@ static void debug_check(unsigned cls)
         central_check(cls);
 }
 
-/* Debug builds: a span's free list as long as its counts say, checked
- * before the list is handed out whole on their word (a miscount would
- * otherwise surface later, as a thread cache's refill reading past the
- * chain's end). */
-static void check_listed(const struct span *s, unsigned listed)
+/* Debug builds: a span's free list is not as long as its counts say (a
+ * miscount would otherwise surface later, as a batch read past the list's
+ * end or objects lost). */
+static void __attribute__((noreturn, cold)) list_miscounted(const struct span *s,
+                                                            unsigned listed)
 {
-    unsigned n = 0;
-    for (const void *o = s->freelist; o && n <= listed; o = *(void *const *)o)
-        n++;
-    if (n != listed)
-        sa_fatal("central: span %p's free list holds %s%u objects, its counts say %u",
-                 (void *)s->start, n > listed ? "more than " : "", n > listed ? listed : n,
-                 listed);
+    sa_fatal("central: span %p's free list is not the %u objects its counts say",
+             (void *)s->start, listed);
 }
 
 unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
-                             void **head, void **tail)
+                             void **out)
 {
     struct central *c = central_of(cls);
     size_t size = sizeclass_size(cls);
-    unsigned nobjs = sizeclass_objects(cls), got = 0;
-    void *first = NULL, *last = NULL;
+    unsigned nobjs = sizeclass_objects(cls), pos = want; /* out[pos, want) is filled */
 
     sa_lock(&c->lock);
-    if (c->nxfer)
-        got = xfer_take(c, cls, want, &first, &last);
-    while (got < want) {
+    if (c->nxfer) {
+        unsigned k = c->nxfer < want ? c->nxfer : want;
+        c->nxfer -= k;
+        memcpy(out + want - k, c->xfer + c->nxfer, k * sizeof(void *));
+        pos -= k;
+    }
+    while (pos > 0) {
         struct span *s = span_for(c, cls, owner);
         if (!s)
             break;
@@ -256,50 +252,40 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                 pagemap_set_owner_range(span_page(s), s->npages, tag);
             }
         }
-        /* A span whose returned objects all fit in the batch gives its
-         * whole list at once, without reading their links: each was written
-         * by the thread that freed the object, often on another core, and
-         * reading them one after the other was a cache miss each (larson:
-         * half the time of this function). */
-        unsigned listed = s->carved - s->allocated;
-        if (s->freelist && listed <= want - got) {
-            if (SA_DEBUG)
-                check_listed(s, listed);
-            if (got == 0)
-                first = s->freelist;
-            else
-                *(void **)last = s->freelist;
-            last = s->free_tail;
-            got += listed;
-            s->allocated += listed;
-            s->freelist = NULL;
+        /* Its free list first, the most recently returned first out.  The
+         * last object taken's link is read too: it is the list's rest
+         * (NULL when the list is taken whole). */
+        unsigned listed = s->carved - s->allocated, k = listed < pos ? listed : pos;
+        void *obj = s->freelist;
+        for (unsigned i = 0; i < k; i++) {
+            if (SA_DEBUG && !obj)
+                list_miscounted(s, listed);
+            out[--pos] = obj;
+            obj = *(void **)obj;
         }
-        /* Chained in the order taken, so a fresh span's objects go out
-         * in ascending address order, as consecutive allocations then lie
-         * (the program's own walks over them, and the prefetchers, like
-         * that: cxx_workload about 1.5% faster than chained the other way). */
-        while (got < want) {
-            void *obj = s->freelist;
-            if (obj)
-                s->freelist = *(void **)obj;
-            else if (s->carved < nobjs)
-                obj = (void *)(s->start + size * s->carved++);
-            else
-                break;
-            if (got++ == 0)
-                first = obj;
-            else
-                *(void **)last = obj;
-            last = obj;
-            s->allocated++;
-        }
+        if (SA_DEBUG && k == listed && obj)
+            list_miscounted(s, listed);
+        s->freelist = obj;
+        /* Then objects never carved, handed out in ascending address
+         * order, as consecutive allocations then lie (the program's own
+         * walks over them, and the prefetchers, like that: cxx_workload
+         * about 1.5% faster than the other way).  Not touched: a fresh
+         * span costs resident memory only as the program uses it. */
+        unsigned fresh = nobjs - s->carved;
+        if (fresh > pos)
+            fresh = pos;
+        for (uintptr_t p = s->start + size * s->carved, i = 0; i < fresh; i++, p += size)
+            out[--pos] = (void *)p;
+        s->carved += fresh;
+        s->allocated += k + fresh;
         if (!s->freelist && s->carved == nobjs)
             partial_remove(c, s);
     }
+    unsigned got = want - pos;
     c->allocated += got;
     sa_unlock(&c->lock);
-    *head = first;
-    *tail = last;
+    if (pos) /* out of memory: what there is, to the bottom */
+        memmove(out, out + pos, got * sizeof(void *));
     debug_check(cls);
     return got;
 }
@@ -316,98 +302,140 @@ static void span_emptied(struct central *c, struct span *s)
     }
 }
 
-/* Under the lock: a run of `len` objects of span `s`, chained from first
- * to last, onto the span's list whole (only last's link rewritten). */
-static void return_run(struct central *c, struct span *s, void *first, void *last, unsigned len)
+/* Objects of one span, next to each other in a batch given back, linked
+ * through word 0 from top down to bottom: for an array, top is the last
+ * of them (the most recently freed); for a chain, the first (the chain's
+ * own links are kept). */
+struct run {
+    struct span *span; /* NULL: none open */
+    void *top, *bottom;
+    unsigned len;
+};
+
+/* Under the lock: the run onto its span's list whole (only its bottom's
+ * link written there). */
+static void return_run(struct central *c, const struct run *r)
 {
-    if (!s->freelist)
-        s->free_tail = last;
-    *(void **)last = s->freelist;
-    s->freelist = first;
-    s->allocated -= len;
+    struct span *s = r->span;
+    *(void **)r->bottom = s->freelist;
+    s->freelist = r->top;
+    s->allocated -= r->len;
     if (!s->on_list)
         partial_push(c, s);
     if (s->allocated == 0)
         span_emptied(c, s);
 }
 
-/* Under the lock: `n` objects chained from `head` back into their spans.
+/* Under the lock: `k` (<= RETURN_GROUP) objects of a batch back into
+ * their spans, `r` the run still open from the group before; `chained`:
+ * they are linked already, each to the next (central_free_chain).
  *
- * Objects of one span often lie next to each other in the chain (freed in
+ * Objects of one span often lie next to each other in a batch (freed in
  * the order they were allocated; a consumer's remote frees of what a
- * producer took in one batch): such a run goes onto its span's list whole,
- * as it is chained.  (prodcons/64: 45 objects a run; cxx_workload and
- * sizemix 1.7-1.8.)
+ * producer took in one batch): such a run goes onto its span's list whole.
+ * (prodcons/64: 45 objects a run; cxx_workload and sizemix 1.7-1.8.)
  *
- * The chain is read RETURN_GROUP objects at a time.  A first pass follows
- * the links and, for each object, looks up its span record and prefetches
- * it (an object in the page of the one before it skips the lookup): only
- * the links wait on each other, not the records.  A second pass pushes the
- * runs.  Done object after object, each record's load waited on the link
- * before it and the loop's branch on the record: after a program frees at
- * random across a large heap the records are cold, and that wait was 10.7%
- * of phase's profile (perf, 300,000 objects a build), 5.3% grouped.  A
- * run's span keeps its record while the run is open across groups: the
- * run's objects are still counted out of it. */
+ * A first pass looks up each object's span record and prefetches it (an
+ * object in the page of the one before it skips the lookup), and
+ * prefetches an array's objects for the link each gets; a second pushes
+ * the runs.  Done object after object, the loop's branch waited on
+ * each record: after a program frees at random across a large heap the
+ * records are cold, and that wait was 10.7% of phase's profile (perf,
+ * 300,000 objects a build), 5.3% grouped.  A run's span keeps its record
+ * while the run is open across groups: the run's objects are still
+ * counted out of it.  (The objects' prefetch: phase's free_most, which
+ * gives back objects at random across 256 MiB, 0.92 of its time without
+ * it, 9 rounds.) */
 #define RETURN_GROUP 32
 
-static void return_to_spans(struct central *c, unsigned cls, void *head, unsigned n)
+static inline __attribute__((always_inline)) void
+return_group(struct central *c, unsigned cls, struct run *r, void *const *objs, unsigned k,
+             bool chained)
 {
-    void *objs[RETURN_GROUP];
     struct span *spans[RETURN_GROUP];
-    struct span *run = NULL;
-    void *first = NULL, *last = NULL;
-    unsigned len = 0;
-    while (n) {
-        unsigned k = n < RETURN_GROUP ? n : RETURN_GROUP;
-        n -= k;
-        for (unsigned i = 0; i < k; i++) {
-            void *obj = head;
-            head = *(void **)obj;
-            objs[i] = obj;
-            if (i && ((uintptr_t)obj ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0) {
-                spans[i] = spans[i - 1];
-            } else {
-                spans[i] = pagemap_span(obj);
-                __builtin_prefetch(spans[i], 1);
-            }
-        }
-        for (unsigned i = 0; i < k; i++) {
-            if (spans[i] == run) {
-                last = objs[i];
-                len++;
-                continue;
-            }
-            if (run)
-                return_run(c, run, first, last, len);
-            run = spans[i];
-            SA_ASSERT(run && run->state == SPAN_SMALL && run->cls == cls);
-            first = last = objs[i];
-            len = 1;
+    for (unsigned i = 0; i < k; i++) {
+        if (!chained)
+            __builtin_prefetch(objs[i], 1);
+        if (i && ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0) {
+            spans[i] = spans[i - 1];
+        } else {
+            spans[i] = pagemap_span(objs[i]);
+            __builtin_prefetch(spans[i], 1);
         }
     }
-    if (run)
-        return_run(c, run, first, last, len);
+    for (unsigned i = 0; i < k; i++) {
+        if (spans[i] == r->span) {
+            if (chained) { /* linked already, the chain's first on top */
+                r->bottom = objs[i];
+            } else {
+                *(void **)objs[i] = r->top;
+                r->top = objs[i];
+            }
+            r->len++;
+            continue;
+        }
+        if (r->span)
+            return_run(c, r);
+        SA_ASSERT(spans[i] && spans[i]->state == SPAN_SMALL && spans[i]->cls == cls);
+        *r = (struct run){spans[i], objs[i], objs[i], 1};
+    }
 }
 
-void central_free_batch(unsigned cls, void *head, void *tail, unsigned n)
+/* Under the lock: objs[0, n) back into their spans. */
+static void return_to_spans(struct central *c, unsigned cls, void *const *objs, unsigned n)
+{
+    struct run r = {NULL, NULL, NULL, 0};
+    for (unsigned i = 0; i < n; i += RETURN_GROUP)
+        return_group(c, cls, &r, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP, false);
+    if (r.span)
+        return_run(c, &r);
+}
+
+void central_free_batch(unsigned cls, void *const *objs, unsigned n)
 {
     struct central *c = central_of(cls);
     sa_lock(&c->lock);
-    if (!xfer_keep(c, cls, head, tail, n))
-        return_to_spans(c, cls, head, n);
-    c->allocated -= n; /* kept in a chain or back in the spans: not out */
+    /* What fits in the transfer cache, the most recent first; the rest
+     * to the spans. */
+    void **xfer = xfer_slots(c, cls);
+    unsigned keep = c->xfer_cap - c->nxfer;
+    if (keep > n)
+        keep = n;
+    memcpy(xfer + c->nxfer, objs + n - keep, keep * sizeof(void *));
+    c->nxfer += keep;
+    return_to_spans(c, cls, objs, n - keep);
+    c->allocated -= n; /* in the transfer cache or back in the spans: not out */
     sa_unlock(&c->lock);
     debug_check(cls);
 }
 
-/* Under the lock: every kept chain back into its spans. */
+void central_free_chain(unsigned cls, void *head, unsigned n)
+{
+    struct central *c = central_of(cls);
+    void *group[RETURN_GROUP];
+    struct run r = {NULL, NULL, NULL, 0};
+    sa_lock(&c->lock);
+    c->allocated -= n;
+    while (n) {
+        unsigned k = n < RETURN_GROUP ? n : RETURN_GROUP;
+        n -= k;
+        for (unsigned i = 0; i < k; i++) {
+            group[i] = head;
+            head = *(void **)head;
+        }
+        return_group(c, cls, &r, group, k, true);
+    }
+    if (r.span)
+        return_run(c, &r);
+    sa_unlock(&c->lock);
+    debug_check(cls);
+}
+
+/* Under the lock: the transfer cache's objects back into their spans. */
 static void xfer_drain(struct central *c, unsigned cls)
 {
-    while (c->nxfer) {
-        struct xfer_chain *x = &xfers[cls][--c->nxfer];
-        return_to_spans(c, cls, x->head, x->count);
-    }
+    return_to_spans(c, cls, c->xfer, c->nxfer);
+    c->nxfer = 0;
 }
 
 void central_release_empty(void)
@@ -435,11 +463,11 @@ static bool chain_holds(const void *head, unsigned n, const void *obj)
     return false;
 }
 
-/* Under the lock: whether `obj` is in one of the class's transfer chains. */
-static bool xfer_holds(const struct central *c, unsigned cls, const void *obj)
+/* Under the lock: whether `obj` is in the class's transfer cache. */
+static bool xfer_holds(const struct central *c, const void *obj)
 {
     for (unsigned i = 0; i < c->nxfer; i++)
-        if (chain_holds(xfers[cls][i].head, xfers[cls][i].count, obj))
+        if (c->xfer[i] == obj)
             return true;
     return false;
 }
@@ -457,23 +485,20 @@ enum central_object central_object_state(unsigned cls, const void *obj, const vo
         state = OBJECT_INSIDE;
     else if (off / size >= s->carved)
         state = OBJECT_NEVER;
-    else if (chain_holds(s->freelist, UINT_MAX, obj) || xfer_holds(c, cls, obj))
+    else if (chain_holds(s->freelist, UINT_MAX, obj) || xfer_holds(c, obj))
         state = OBJECT_FREE;
     sa_unlock(&c->lock);
     return state;
 }
 
-/* Under the lock: how many objects of the class's transfer chains are in
+/* Under the lock: how many objects of the class's transfer cache are in
  * span `s` (out of it, but free). */
-static unsigned xfer_objects_in(const struct central *c, unsigned cls, const struct span *s)
+static unsigned xfer_objects_in(const struct central *c, const struct span *s)
 {
     unsigned n = 0;
     uintptr_t end = span_end(s);
-    for (unsigned i = 0; i < c->nxfer; i++) {
-        const void *o = xfers[cls][i].head;
-        for (unsigned k = 0; k < xfers[cls][i].count; k++, o = *(void *const *)o)
-            n += (uintptr_t)o >= s->start && (uintptr_t)o < end;
-    }
+    for (unsigned i = 0; i < c->nxfer; i++)
+        n += (uintptr_t)c->xfer[i] >= s->start && (uintptr_t)c->xfer[i] < end;
     return n;
 }
 
@@ -487,7 +512,7 @@ bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated
     struct span *s = pagemap_span(obj);
     bool ok = s && s->state == SPAN_SMALL && s->cls == cls;
     if (ok) {
-        *allocated = s->allocated - xfer_objects_in(c, cls, s);
+        *allocated = s->allocated - xfer_objects_in(c, s);
         *free_bytes = (s->npages << SA_PAGE_SHIFT) - *allocated * sizeclass_size(cls);
     }
     sa_unlock(&c->lock);
@@ -513,9 +538,6 @@ static size_t check_span(const struct span *s, unsigned cls)
         if ((uintptr_t)o < s->start || off % sizeclass_size(cls) ||
             off / sizeclass_size(cls) >= s->carved || ++nfree > nobjs)
             sa_fatal("central: bad free object %p in span %p", o, (void *)s->start);
-        if (!*(void **)o && o != s->free_tail)
-            sa_fatal("central: span %p's free list ends at %p, not at its tail %p",
-                     (void *)s->start, o, s->free_tail);
     }
     if (s->allocated + nfree != s->carved)
         sa_fatal("central: span %p counts %u out + %u free != %u carved",
@@ -526,20 +548,22 @@ static size_t check_span(const struct span *s, unsigned cls)
     return s->allocated;
 }
 
-/* A transfer chain: count objects of the class, out of their spans, the
- * last its tail. */
-static void check_chain(const struct xfer_chain *x, unsigned cls)
+/* The transfer cache: objects of the class, out of their spans, each
+ * once. */
+static void check_xfer(const struct central *c, unsigned cls)
 {
-    const void *o = x->head;
-    for (unsigned i = 0; i < x->count; i++) {
+    if (c->nxfer > c->xfer_cap || c->xfer_cap != central_xfer_capacity(cls))
+        sa_fatal("central: class %u keeps %u objects in a transfer cache of %u", cls, c->nxfer,
+                 c->xfer_cap);
+    for (unsigned i = 0; i < c->nxfer; i++) {
+        const void *o = c->xfer[i];
         const struct span *s = o ? pagemap_span(o) : NULL;
         if (!s || s->state != SPAN_SMALL || s->cls != cls ||
             ((uintptr_t)o - s->start) % sizeclass_size(cls) || s->allocated == 0)
-            sa_fatal("central: bad object %p in a transfer chain of class %u", o, cls);
-        if (i + 1 == x->count && o != x->tail)
-            sa_fatal("central: transfer chain of class %u ends at %p, not its tail %p", cls,
-                     o, x->tail);
-        o = *(void *const *)o;
+            sa_fatal("central: bad object %p in the transfer cache of class %u", o, cls);
+        for (unsigned j = 0; j < i; j++)
+            if (c->xfer[j] == o)
+                sa_fatal("central: object %p twice in the transfer cache of class %u", o, cls);
     }
 }
 
@@ -555,10 +579,8 @@ void central_check(unsigned cls)
     }
     if (c->empty && (check_span(c->empty, cls) || c->empty->on_list))
         sa_fatal("central: kept empty span of class %u is not empty", cls);
-    if (c->nxfer > central_xfer_slots(cls))
-        sa_fatal("central: class %u keeps %u transfer chains", cls, c->nxfer);
-    for (unsigned i = 0; i < c->nxfer; i++)
-        check_chain(&xfers[cls][i], cls);
+    if (c->xfer)
+        check_xfer(c, cls);
     sa_unlock(&c->lock);
 }
 

@@ -4,8 +4,11 @@
  *
  * One lock per class (LOCK_RANK_CENTRAL); a thread never holds two.  Under
  * it this layer may call the page heap (a new span, or an empty one given
- * back).  Objects travel as chains linked through their first word, so a
- * batch costs one lock round trip whatever its length.
+ * back).  A batch costs one lock round trip whatever its length.
+ *
+ * Batches travel as arrays of pointers in stack order: objs[n - 1] is the
+ * top, the most recently freed and the first handed out again, so that a
+ * thread cache's stack gives and takes them as they lie.
  */
 #ifndef SA_CENTRAL_H
 #define SA_CENTRAL_H
@@ -24,16 +27,20 @@ struct central_owner {
     unsigned tag;
 };
 
-/* Takes up to `want` (>= 1) objects of class `cls` for `owner`: returns how
- * many, chained from *head through word 0 with *tail the last (its word 0
- * is undefined).  Returns 0 only when the page heap is out of memory (errno
+/* Takes up to `want` (>= 1) objects of class `cls` for `owner` into
+ * out[0, n), stack order (above: out[n - 1] to be handed out first), and
+ * returns n.  Returns 0 only when the page heap is out of memory (errno
  * ENOMEM). */
 unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
-                             void **head, void **tail);
+                             void **out);
+
+/* Gives back objs[0, n) of class `cls`, stack order (objs[n - 1] the most
+ * recently freed). */
+void central_free_batch(unsigned cls, void *const *objs, unsigned n);
 
 /* Gives back `n` objects of class `cls` chained from `head` through word 0
- * to `tail` (whose link is ignored). */
-void central_free_batch(unsigned cls, void *head, void *tail, unsigned n);
+ * (remote frees and owner inboxes, tcache.c), to their spans. */
+void central_free_chain(unsigned cls, void *head, unsigned n);
 
 /* opt.check: what the central list knows of `obj`, a pointer into a small
  * span of class `cls`: handed out (in a thread cache or in use), free in
@@ -42,18 +49,23 @@ void central_free_batch(unsigned cls, void *head, void *tail, unsigned n);
 enum central_object { OBJECT_OUT, OBJECT_FREE, OBJECT_NEVER, OBJECT_INSIDE };
 enum central_object central_object_state(unsigned cls, const void *obj, const void **start);
 
-/* How many transfer chains class `cls` keeps at most (central.c): batches
- * given back whole, handed out again as they are.  0 for the classes that
- * keep to their owners' spans. */
-unsigned central_xfer_slots(unsigned cls);
+/* How many objects the transfer cache of class `cls` holds at most
+ * (central.c): free objects given back, handed out again as they are.  0
+ * for the classes that keep to their owners' spans. */
+unsigned central_xfer_capacity(unsigned cls);
 
-/* Gives every class's transfer chains back to their spans and its kept
+/* The slots all classes' transfer caches share (tests: the capacities'
+ * sum must fit). */
+unsigned central_xfer_store_slots(void);
+
+/* Gives every class's transfer cache back to its spans and its kept
  * empty span back to the page heap (malloc_trim). */
 void central_release_empty(void);
 
 /* For the small object `obj`: the bytes of its span not holding a live
- * object (free objects, transfer chains' included, never-carved room, the
- * tail) and how many objects are out.  False if `obj` is not in a small span.  Takes the class lock. */
+ * object (free objects, the transfer cache's included, never-carved room,
+ * the tail) and how many objects are out.  False if `obj` is not in a
+ * small span.  Takes the class lock. */
 bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated);
 
 struct central_stats {

@@ -51,13 +51,12 @@ SA_SLOW_PATH SA_NORETURN static void invalid_pointer(const char *fn, const void 
  * thread must go uncached. */
 static void *alloc_small(struct tcache *tc, unsigned cls)
 {
-    void *obj, *tail;
+    void *obj;
     if (tc) {
         struct tcache_bin *bin = &tc->bins[cls];
         obj = tcache_bin_empty(bin) ? tcache_refill(tc, cls) : tcache_bin_pop(bin);
-    } else {
-        obj = central_alloc_batch(cls, 1, (struct central_owner){NULL, 0, 0}, &obj, &tail) ? obj
-                                                                                      : NULL;
+    } else if (!central_alloc_batch(cls, 1, (struct central_owner){NULL, 0, 0}, &obj)) {
+        obj = NULL;
     }
     /* Under opt.check every allocation comes here: the block is out now,
      * so it must not look freed (check_small_free). */
@@ -76,7 +75,7 @@ static inline __attribute__((always_inline)) unsigned put_proxy(struct tcache *t
     if (tc)
         tcache_put(tc, cls, proxy);
     else
-        central_free_batch(cls, proxy, proxy, 1);
+        central_free_batch(cls, &proxy, 1);
     return cls;
 }
 
@@ -349,7 +348,7 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
     }
     struct tcache *tc = init_thread_cache();
     if (!tc) {
-        central_free_batch(cls, p, p, 1);
+        central_free_batch(cls, &p, 1);
         return;
     }
     tcache_put(tc, cls, p);

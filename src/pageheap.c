@@ -418,7 +418,6 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
         *zeroed = !s->dirty;
     s->next = s->prev = NULL;
     s->freelist = NULL;
-    s->free_tail = NULL;
     s->sample = NULL;
     s->owner = NULL;
     s->owner_gen = 0;

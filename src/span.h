@@ -55,7 +55,6 @@ struct span {
     uint32_t allocated;  /* small: objects handed out (thread caches + user) */
     uint32_t carved;     /* small: objects ever cut from the span (bump) */
     void *freelist;      /* small: returned objects, linked through word 0 */
-    void *free_tail;     /* small: the freelist's last object (if it has one) */
     const uint32_t *owner; /* small: generation word of the thread cache that
                           * last took objects from it (NULL: none), and */
     uint32_t owner_gen;  /* its value then: the owner is gone once it differs.

@@ -227,19 +227,15 @@ struct tcache *tcache_create(void)
 }
 
 /* Gives the top `n` objects of the stack of `cls` (the last freed) to the
- * central list, chained through their first words: writes to objects that
- * do not wait on each other, as reads of a chain's links would. */
+ * central list, as they lie: no object read or written. */
 static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
 {
     struct tcache_bin *bin = &tc->bins[cls];
     if (n == 0)
         return;
-    void **top = bin->top, **bottom = top - n;
-    for (void **slot = top - 1; slot > bottom; slot--)
-        *(void **)slot[0] = slot[-1];
-    bin->top = bottom;
+    bin->top -= n;
     tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the stack, not popped */
-    central_free_batch(cls, top[-1], bottom[0], n);
+    central_free_batch(cls, bin->top, n);
 }
 
 /* The live cache that owns the span of `obj` (a small object out of its
@@ -305,14 +301,10 @@ static uint32_t inbox_take(struct tcache *tc, unsigned cls, void **head)
 /* Gives the inbox of `cls` of `tc` to the central list. */
 static void inbox_drain(struct tcache *tc, unsigned cls)
 {
-    void *head, *tail;
+    void *head;
     uint32_t n = inbox_take(tc, cls, &head);
-    if (n == 0)
-        return;
-    tail = head;
-    for (uint32_t i = 1; i < n; i++)
-        tail = *(void **)tail;
-    central_free_batch(cls, head, tail, n);
+    if (n)
+        central_free_chain(cls, head, n);
 }
 
 /* Gives the remote chain of `cls` to its owner's inbox, or else to the
@@ -325,7 +317,7 @@ static void flush_remote(struct tcache *tc, unsigned cls)
     tc->dealloc_adjust += (uint64_t)r->count * sizeclass_size(cls); /* as flush_bin */
     struct tcache *owner = span_owner(r->head);
     if (!owner || !inbox_push(owner, cls, r->head, r->tail, r->count))
-        central_free_batch(cls, r->head, r->tail, r->count);
+        central_free_chain(cls, r->head, r->count);
     r->head = NULL;
     __atomic_store_n(&r->count, 0, __ATOMIC_RELAXED); /* stats read it racily */
 }
@@ -449,53 +441,75 @@ static uint32_t give_back_after(unsigned cls, void *head, uint32_t keep, uint32_
     void *last = head;
     for (uint32_t i = 1; i < keep; i++)
         last = *(void **)last;
-    void *rest = *(void **)last, *tail = rest;
-    for (uint32_t i = keep + 1; i < n; i++)
-        tail = *(void **)tail;
-    central_free_batch(cls, rest, tail, n - keep);
+    central_free_chain(cls, *(void **)last, n - keep);
     return n - keep;
+}
+
+/* The stack's next limit after a refill that brought `n` objects: grown
+ * (slow start: doubled while under a batch, then a batch more), at least
+ * n - 1, within the class's cap; and slots for it (fewer if there is no
+ * memory to map them). */
+static uint32_t grow_for_refill(struct tcache *tc, unsigned cls, uint32_t n)
+{
+    uint32_t max = tcache_bin_max(&tc->bins[cls]), batch = sizeclass_batch(cls);
+    uint32_t cap = tcache_class_cap(cls);
+    if (n - 1 > max)
+        max = n - 1;
+    uint32_t grown = max < batch ? max * 2 : max + batch;
+    return bin_make_room(tc, cls, grown < cap ? grown : cap);
+}
+
+/* Refills the empty stack of `cls` from its inbox (objects of this
+ * thread's own spans that other threads freed, whole): how many objects,
+ * the first returned in *obj, the others on the stack (0: none there). */
+static uint32_t refill_from_inbox(struct tcache *tc, unsigned cls, void **obj)
+{
+    struct tcache_bin *bin = &tc->bins[cls];
+    void *head;
+    uint32_t n = inbox_take(tc, cls, &head);
+    if (n == 0)
+        return 0;
+    uint32_t max = grow_for_refill(tc, cls, n);
+    if (n - 1 > max) /* no slots for them all (no memory to map them) */
+        n -= give_back_after(cls, head, max + 1, n);
+    /* The first object is the caller's, the second on top of the stack,
+     * so that they are handed out in the chain's order. */
+    void **base = bin->top, **slot = base + (n - 1);
+    for (void *o = head; slot > base;)
+        *--slot = o = *(void **)o;
+    bin->top = base + (n - 1);
+    tcache_bin_set_max(bin, max);
+    *obj = head;
+    return n;
 }
 
 void *tcache_refill(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
-    uint32_t batch = sizeclass_batch(cls);
-    void *head, *tail;
-    /* The inbox first: objects of this thread's own spans, whole. */
-    uint32_t n = inbox_take(tc, cls, &head);
+    void *obj;
+    uint32_t n = refill_from_inbox(tc, cls, &obj);
     if (n == 0) {
         /* Slow start: fetch max objects (it starts small), so a short-lived
          * thread that wants one object does not carve and touch a whole
-         * batch. */
+         * batch.  They land on the stack as they come (stack order,
+         * central.h), the top one the caller's (a user malloc, in
+         * thread.allocated, or a proxy, which says so). */
         struct central_owner me = {&tc->incarnation, tc->incarnation, tc->owner_tag};
-        uint32_t max = tcache_bin_max(bin);
-        n = central_alloc_batch(cls, max < batch ? max : batch, me, &head, &tail);
+        uint32_t batch = sizeclass_batch(cls), want = tcache_bin_max(bin);
+        if (want > batch)
+            want = batch;
+        uint32_t max = grow_for_refill(tc, cls, 1); /* slots for want: max >= want */
+        n = central_alloc_batch(cls, want, me, bin->top);
         if (n == 0)
             return NULL;
+        bin->top += n - 1;
+        obj = *bin->top;
+        tcache_bin_set_max(bin, max);
     }
-    /* The stack's new limit: grown (slow start, above), and at least what
-     * an inbox brought, which may be more than max (inbox_cap() is within
-     * the class's cap); then slots for it. */
-    uint32_t max = tcache_bin_max(bin), cap = tcache_class_cap(cls);
-    if (n - 1 > max)
-        max = n - 1;
-    uint32_t grown = max < batch ? max * 2 : max + batch;
-    max = bin_make_room(tc, cls, grown < cap ? grown : cap);
-    if (n - 1 > max) /* no slots for them all (no memory to map them) */
-        n -= give_back_after(cls, head, max + 1, n);
-    /* The first object is the caller's (a user malloc, in thread.allocated,
-     * or a proxy, which says so); the other n - 1 go onto the stack (empty),
-     * the second on top, so that they are handed out in the chain's order
-     * (a fresh span's in ascending addresses). */
     tc->dealloc_adjust -= (uint64_t)n * sizeclass_size(cls);
-    void **base = bin->top, **slot = base + (n - 1);
-    for (void *obj = head; slot > base;)
-        *--slot = obj = *(void **)obj;
-    bin->top = base + (n - 1);
-    tcache_bin_set_max(bin, max);
     enforce_budget(tc);
     debug_check(tc);
-    return head;
+    return obj;
 }
 
 void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)

@@ -3,21 +3,31 @@
  * objects are distinct, inside spans of their class, at object boundaries;
  * spans come and go with their objects; counts stay consistent; two live
  * thread caches never get objects of one span (span affinity), and a gone
- * one's spans are anyone's; a span's pages carry its owner's tag.
+ * one's spans are anyone's; a span's pages carry its owner's tag; the
+ * transfer caches keep what fits and hand it out the last freed first.
  */
 #include "unit.h"
 
+/* Reverses a[0, n). */
+static void reverse(void **a, unsigned n)
+{
+    for (unsigned i = 0; i < n / 2; i++) {
+        void *t = a[i];
+        a[i] = a[n - 1 - i];
+        a[n - 1 - i] = t;
+    }
+}
+
+/* `n` objects into out[0, n) in the order they are handed out (batches
+ * come in stack order, the last the first to hand out). */
 static void take_as(struct central_owner owner, unsigned cls, unsigned n, void **out)
 {
     unsigned got = 0;
     while (got < n) {
-        void *head, *tail;
-        unsigned k = central_alloc_batch(cls, n - got, owner, &head, &tail);
+        unsigned k = central_alloc_batch(cls, n - got, owner, out + got);
         assert_true(k >= 1);
-        for (unsigned i = 0; i < k; i++) {
-            out[got++] = head;
-            head = *(void **)head;
-        }
+        reverse(out + got, k);
+        got += k;
     }
 }
 
@@ -26,11 +36,18 @@ static void take(unsigned cls, unsigned n, void **out)
     take_as((struct central_owner){NULL, 0, 0}, cls, n, out);
 }
 
+/* Gives back objs[0, n), freed in that order (objs[n - 1] the last). */
 static void give(unsigned cls, unsigned n, void **objs)
+{
+    central_free_batch(cls, objs, n);
+}
+
+/* Gives back objs[0, n) as a chain from objs[0] (a remote free's). */
+static void give_chain(unsigned cls, unsigned n, void **objs)
 {
     for (unsigned i = 0; i < n; i++)
         *(void **)objs[i] = i + 1 < n ? objs[i + 1] : NULL;
-    central_free_batch(cls, objs[0], objs[n - 1], n);
+    central_free_chain(cls, objs[0], n);
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -76,6 +93,7 @@ static void test_central_empty_spans_go_back(void **state)
     (void)state;
     unsigned cls = sizeclass_of(5000); /* a class this test process barely uses */
     struct central_stats before, during, after;
+    central_release_empty(); /* nothing in its transfer cache */
     central_get_stats(cls, &before);
     unsigned n = 10 * sizeclass_objects(cls);
     void **objs = malloc(n * sizeof(void *));
@@ -86,7 +104,12 @@ static void test_central_empty_spans_go_back(void **state)
     give(cls, n, objs);
     central_get_stats(cls, &after);
     assert_int_equal(after.allocated, before.allocated);
-    assert_true(after.spans <= before.spans + 1);
+    /* All back but the transfer cache's (the last given back), whose
+     * spans stay, and the one empty span kept. */
+    unsigned kept = central_xfer_capacity(cls), holding = 0;
+    for (unsigned i = n - kept; i < n; i++)
+        holding += i == n - kept || pagemap_span(objs[i]) != pagemap_span(objs[i - 1]);
+    assert_true(after.spans <= before.spans + 1 + holding);
     central_release_empty();
     central_get_stats(cls, &after);
     assert_true(after.spans <= before.spans);
@@ -121,11 +144,11 @@ static void test_central_reuses_returned_objects(void **state)
  * span's first object. */
 static void *use_up_partial_spans(unsigned cls, struct central_owner owner)
 {
-    void *head, *tail;
+    void *head;
     struct central_stats before, after;
     central_get_stats(cls, &before);
     do {
-        assert_int_equal(central_alloc_batch(cls, 1, owner, &head, &tail), 1);
+        assert_int_equal(central_alloc_batch(cls, 1, owner, &head), 1);
         central_get_stats(cls, &after);
     } while (after.spans == before.spans);
     return head;
@@ -229,17 +252,17 @@ static bool back_in_its_span(unsigned cls, void *obj)
     return false;
 }
 
-/* A class above the affinity size keeps a batch given back whole as a
- * transfer chain: no longer counted out, but still out of its spans, which
- * stay; the next batch taken is the same objects in the same order; a
+/* A class above the affinity size keeps a batch given back in its
+ * transfer cache: no longer counted out, but still out of its spans, which
+ * stay; the next batch taken is the same objects, the last freed first; a
  * double-free check finds them free; malloc_trim gives them back to their
  * spans, which then go back to the page heap. */
-static void test_central_keeps_a_batch_given_back_whole(void **state)
+static void test_central_keeps_a_batch_given_back(void **state)
 {
     (void)state;
     unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
-    assert_true(central_xfer_slots(cls) >= 1);
-    central_release_empty(); /* no chain of an earlier test */
+    assert_true(central_xfer_capacity(cls) >= batch);
+    central_release_empty(); /* no objects kept by an earlier test */
     void **objs = malloc(batch * sizeof(void *)), **again = malloc(batch * sizeof(void *));
     struct central_stats before, taken, kept, trimmed;
     central_get_stats(cls, &before);
@@ -262,11 +285,12 @@ static void test_central_keeps_a_batch_given_back_whole(void **state)
     for (unsigned i = 0; i < batch; i++) {
         const void *start;
         assert_int_equal(central_object_state(cls, objs[i], &start), OBJECT_FREE);
+        assert_false(back_in_its_span(cls, objs[i]));
     }
     central_check(cls);
     take(cls, batch, again);
     for (unsigned i = 0; i < batch; i++)
-        assert_ptr_equal(again[i], objs[i]);
+        assert_ptr_equal(again[i], objs[batch - 1 - i]);
     give(cls, batch, again);
     central_release_empty();
     central_get_stats(cls, &trimmed);
@@ -278,71 +302,78 @@ static void test_central_keeps_a_batch_given_back_whole(void **state)
     free(again);
 }
 
-/* A class keeps at most central_xfer_slots() chains, each at most a batch:
- * past that, objects go back to their spans' own lists.  A class whose
- * batch is more than the 128 KiB cap keeps none. */
-static void test_central_transfer_chains_are_capped(void **state)
+/* A class's transfer cache holds at most central_xfer_capacity() objects:
+ * of a batch that does not fit, the last freed are kept and the rest go
+ * back to their spans' own lists.  Objects come out the last kept first.
+ * A class whose batch is more than the 128 KiB cap keeps none. */
+static void test_central_transfer_cache_is_capped(void **state)
 {
     (void)state;
     unsigned big = sizeclass_of(100000);
     assert_true(sizeclass_size(big) * sizeclass_batch(big) > (128 << 10));
-    assert_int_equal(central_xfer_slots(big), 0);
-    unsigned cls = sizeclass_of(1024), batch = sizeclass_batch(cls);
-    unsigned slots = central_xfer_slots(cls), n = (slots + 1) * batch;
-    assert_true(slots >= 1);
+    assert_int_equal(central_xfer_capacity(big), 0);
+    unsigned cls = sizeclass_of(1024), cap = central_xfer_capacity(cls), extra = 10;
+    assert_true(cap >= 2 * sizeclass_batch(cls));
     central_release_empty();
-    void **objs = malloc((n + batch + 1) * sizeof(void *));
-    take(cls, n + batch + 1, objs);
-    give(cls, batch + 1, objs); /* longer than a batch */
-    for (unsigned k = 0; k <= slots; k++)
-        give(cls, batch, objs + batch + 1 + k * batch);
-    for (unsigned i = 0; i < n + batch + 1; i++) {
-        bool chained = i > batch && i <= batch + slots * batch;
-        assert_int_equal(back_in_its_span(cls, objs[i]), !chained);
-    }
+    /* Both arrays at once and before the cache fills: an array of 128
+     * pointers is itself an object of this class. */
+    void **objs = malloc((2 * cap + extra + 1) * sizeof(void *)), **again = objs + cap + extra + 1;
+    take(cls, cap + extra + 1, objs);
+    void **first = objs, **second = objs + extra, *one = objs[cap + extra];
+    give(cls, extra, first);
+    give(cls, cap, second); /* room for cap - extra: its first extra go back */
+    for (unsigned i = 0; i < cap; i++)
+        assert_int_equal(back_in_its_span(cls, second[i]), i < extra);
+    for (unsigned i = 0; i < extra; i++)
+        assert_false(back_in_its_span(cls, first[i]));
     central_check(cls);
-    /* The chains come out again, the last kept first, each object once. */
-    void **again = malloc(batch * sizeof(void *));
-    for (unsigned k = slots; k-- > 0;) {
-        take(cls, batch, again);
-        for (unsigned i = 0; i < batch; i++)
-            assert_ptr_equal(again[i], objs[batch + 1 + k * batch + i]);
-    }
-    for (unsigned k = 0; k < slots; k++)
-        give(cls, batch, objs + batch + 1 + k * batch);
-    free(again);
+    /* The cache is full: one more object goes to its span. */
+    give(cls, 1, &one);
+    assert_true(back_in_its_span(cls, one));
+    /* Out the last kept first: second's from its end, then first's. */
+    take(cls, cap, again);
+    for (unsigned i = 0; i < cap - extra; i++)
+        assert_ptr_equal(again[i], second[cap - 1 - i]);
+    for (unsigned i = 0; i < extra; i++)
+        assert_ptr_equal(again[cap - extra + i], first[extra - 1 - i]);
+    give(cls, cap, again);
     central_release_empty();
     central_check(cls);
     free(objs);
 }
 
-/* Classes above 1 KiB keep one batch (64 KiB) as a chain at most, up to
- * 1 KiB as many as fit in 128 KiB: bigger objects rarely cross threads in
- * numbers, and idle chains of every class hold memory nobody else can use. */
-static void test_central_big_classes_keep_one_chain(void **state)
+/* Classes above 1 KiB keep one batch (64 KiB) at most, up to 1 KiB as
+ * many batches as fit in 128 KiB: bigger objects rarely cross threads in
+ * numbers, and idle objects of every class hold memory nobody else can
+ * use.  All classes' caches fit in the slots they share. */
+static void test_central_big_classes_keep_one_batch(void **state)
 {
     (void)state;
+    unsigned total = 0;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-        size_t size = sizeclass_size(cls), batch_bytes = size * sizeclass_batch(cls);
-        unsigned slots = central_xfer_slots(cls);
+        size_t size = sizeclass_size(cls), batch = sizeclass_batch(cls);
+        unsigned cap = central_xfer_capacity(cls);
+        total += cap;
+        assert_int_equal(cap % batch, 0);
         if (size <= 256)
-            assert_int_equal(slots, 0);
+            assert_int_equal(cap, 0);
         else if (size <= 1024)
-            assert_true(slots >= 2 && slots * batch_bytes <= (128 << 10));
+            assert_true(cap >= 2 * batch && cap * size <= (128 << 10));
         else
-            assert_int_equal(slots, batch_bytes <= (64 << 10) ? 1 : 0);
+            assert_int_equal(cap, batch * size <= (64 << 10) ? batch : 0);
     }
-    assert_int_equal(central_xfer_slots(sizeclass_of(4096)), 1);
-    assert_int_equal(central_xfer_slots(sizeclass_of(65536)), 0);
+    assert_int_equal(central_xfer_capacity(sizeclass_of(4096)), sizeclass_batch(sizeclass_of(4096)));
+    assert_int_equal(central_xfer_capacity(sizeclass_of(65536)), 0);
+    assert_true(total <= central_xfer_store_slots());
 }
 
-/* Classes that keep to their owners' spans keep no chain: a batch goes
- * back to its spans, where only its owner takes it again. */
-static void test_central_owned_classes_keep_no_chain(void **state)
+/* Classes that keep to their owners' spans keep no transfer cache: a
+ * batch goes back to its spans, where only its owner takes it again. */
+static void test_central_owned_classes_keep_no_transfer_cache(void **state)
 {
     (void)state;
     unsigned cls = sizeclass_of(256);
-    assert_int_equal(central_xfer_slots(cls), 0);
+    assert_int_equal(central_xfer_capacity(cls), 0);
     enum { N = 16 };
     void *objs[N];
     take(cls, N, objs);
@@ -352,17 +383,12 @@ static void test_central_owned_classes_keep_no_chain(void **state)
     central_check(cls);
 }
 
-/* One batch of exactly `want` objects, in the order they are chained. */
+/* One batch of exactly `want` objects, in the order they are handed out. */
 static void take_batch(unsigned cls, unsigned want, void **out)
 {
-    void *head, *tail;
-    unsigned k = central_alloc_batch(cls, want, (struct central_owner){NULL, 0, 0}, &head, &tail);
+    unsigned k = central_alloc_batch(cls, want, (struct central_owner){NULL, 0, 0}, out);
     assert_int_equal(k, want);
-    for (unsigned i = 0; i < k; i++) {
-        out[i] = head;
-        head = i + 1 < k ? *(void **)head : head;
-    }
-    assert_ptr_equal(out[k - 1], tail);
+    reverse(out, k);
 }
 
 /* Two fresh spans of `cls` (`n` objects each), taken whole: A's objects
@@ -375,11 +401,10 @@ static void take_two_fresh_spans(unsigned cls, unsigned n, void **objs)
     assert_ptr_not_equal(pagemap_span(objs[0]), pagemap_span(objs[n]));
 }
 
-/* A span whose returned objects all fit in what a batch still wants gives
- * its whole free list at once (its tail kept as objects come back), most
- * recently returned first, and the batch goes on from its tail to the next
- * span; one whose list is longer gives only what is wanted.  Counts stay
- * right throughout (central_check). */
+/* A batch takes a span's free list, most recently returned first, and
+ * goes on to the next span's when the first runs out; of a list longer
+ * than it still wants it takes only that many.  Counts stay right
+ * throughout (central_check). */
 static void test_central_whole_free_list_goes_in_one_batch(void **state)
 {
     (void)state;
@@ -387,11 +412,11 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     void **objs = malloc(2 * n * sizeof(void *)), *batch[5];
     take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
-    /* Each chain goes onto its span's list as chained: A's list 1, 2, 3;
-     * B's n+1, n+2, n+3; B is tried first (the more recently returned
-     * to).  B's whole list, then two of A's three. */
-    give(cls, 3, (void *[]){a[1], a[2], a[3]});
-    give(cls, 3, (void *[]){b[1], b[2], b[3]});
+    /* Each batch goes onto its span's list the last freed on top: A's
+     * list 1, 2, 3; B's 1, 2, 3; B is tried first (the more recently
+     * returned to).  B's whole list, then two of A's three. */
+    give(cls, 3, (void *[]){a[3], a[2], a[1]});
+    give(cls, 3, (void *[]){b[3], b[2], b[1]});
     take_batch(cls, 5, batch);
     void *want1[5] = {b[1], b[2], b[3], a[1], a[2]};
     for (unsigned i = 0; i < 5; i++)
@@ -400,7 +425,7 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     /* A's list is 3 now (its tail).  One more on top, and two of B's: B's
      * whole list, then A's whole list after it. */
     give(cls, 1, &a[4]);                  /* A: 4, 3 */
-    give(cls, 2, (void *[]){b[5], b[6]}); /* B: 5, 6 */
+    give(cls, 2, (void *[]){b[6], b[5]}); /* B: 5, 6 */
     void *more[4];
     take_batch(cls, 4, more);
     void *want2[4] = {b[5], b[6], a[4], a[3]};
@@ -413,36 +438,38 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     free(objs);
 }
 
-/* A chain that goes from span to span and back (A A B B B A) returns each
- * run to its own span whole: every span's count drops by its objects,
- * each run lies on its span's list as it was chained, the later run of a
- * span on top of the earlier, and a span's last objects coming back in
- * one run empty it. */
-static void test_central_runs_of_one_span_go_back_whole(void **state)
+/* A batch that goes from span to span and back (A A B B B A) returns each
+ * run to its own span whole: every span's count drops by its objects, the
+ * later run of a span lies on top of the earlier, and a span's last
+ * objects coming back in one run empty it.  An array's run lies on its
+ * span's list as if pushed one object at a time (the last freed on top);
+ * a chain's lies as it was chained. */
+static void runs_of_one_span_go_back_whole(bool chained)
 {
-    (void)state;
+    void (*give_as)(unsigned, unsigned, void **) = chained ? give_chain : give;
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
     void **objs = malloc(2 * n * sizeof(void *)), *batch[6];
     take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
     struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
     unsigned a_out = sa->allocated, b_out = sb->allocated;
-    give(cls, 6, (void *[]){a[0], a[1], b[0], b[1], b[2], a[2]});
+    give_as(cls, 6, (void *[]){a[0], a[1], b[0], b[1], b[2], a[2]});
     assert_int_equal(sa->allocated, a_out - 3);
     assert_int_equal(sb->allocated, b_out - 3);
     central_check(cls);
     /* B went onto the partial list after A: its list first, then A's,
      * whose later run (a[2]) lies on top of its earlier one. */
     take_batch(cls, 6, batch);
-    void *want[6] = {b[0], b[1], b[2], a[2], a[0], a[1]};
+    void *array_order[6] = {b[2], b[1], b[0], a[2], a[1], a[0]};
+    void *chain_order[6] = {b[0], b[1], b[2], a[2], a[0], a[1]};
     for (unsigned i = 0; i < 6; i++)
-        assert_ptr_equal(batch[i], want[i]);
+        assert_ptr_equal(batch[i], chained ? chain_order[i] : array_order[i]);
     central_check(cls);
-    /* All of B in one chain, a run of n: B is empty again and is kept
+    /* All of B in one batch, a run of n: B is empty again and is kept
      * (or given to the page heap), off the partial list. */
     struct central_stats before, after;
     central_get_stats(cls, &before);
-    give(cls, n, b);
+    give_as(cls, n, b);
     central_get_stats(cls, &after);
     assert_int_equal(after.allocated, before.allocated - n);
     assert_true(sb->state != SPAN_SMALL || sb->allocated == 0);
@@ -453,6 +480,18 @@ static void test_central_runs_of_one_span_go_back_whole(void **state)
     free(objs);
 }
 
+static void test_central_runs_of_one_span_go_back_whole(void **state)
+{
+    (void)state;
+    runs_of_one_span_go_back_whole(false);
+}
+
+static void test_central_chain_runs_of_one_span_go_back_whole(void **state)
+{
+    (void)state;
+    runs_of_one_span_go_back_whole(true);
+}
+
 /* Appends from[lo, hi) to out[k...]; the new length. */
 static unsigned append(void **out, unsigned k, void **from, unsigned lo, unsigned hi)
 {
@@ -461,14 +500,12 @@ static unsigned append(void **out, unsigned k, void **from, unsigned lo, unsigne
     return k;
 }
 
-/* return_to_spans reads a chain 32 objects at a time: a run longer than
+/* Batches go back 32 objects at a time (return_group): a run longer than
  * that, and one open across the boundary, still go onto their spans'
- * lists whole and in chain order.  Chain: A's 0..39 (over the first
- * boundary), B's 0..2, A's 40..44, B's 3..20 (over the second): 66
- * objects. */
-static void test_central_runs_cross_the_read_groups_whole(void **state)
+ * lists whole and in order.  Batch: A's 0..39 (over the first boundary),
+ * B's 0..2, A's 40..44, B's 3..20 (over the second): 66 objects. */
+static void runs_cross_the_read_groups_whole(bool chained)
 {
-    (void)state;
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
     assert_true(n >= 64);
     void **objs = malloc(2 * n * sizeof(void *)), *chain[66], *batch[21];
@@ -481,18 +518,26 @@ static void test_central_runs_cross_the_read_groups_whole(void **state)
     k = append(chain, k, a, 40, 45);
     k = append(chain, k, b, 3, 21);
     assert_int_equal(k, 66);
-    give(cls, k, chain);
+    (chained ? give_chain : give)(cls, k, chain);
     assert_int_equal(sa->allocated, a_out - 45);
     assert_int_equal(sb->allocated, b_out - 21);
     central_check(cls);
-    /* B's list: its later run on top (3..20, then 0..2); A's likewise
-     * (40..44, then 0..39).  B is first on the partial list (returned to
-     * last). */
+    /* B is first on the partial list (returned to last).  A chain's runs
+     * lie as chained, the later on top: B's 3..20, then 0..2; A's 40..44,
+     * then 0..39.  An array's objects lie the last freed on top: B's 20
+     * down to 0, A's 44 down to 0. */
     void *want[66];
-    k = append(want, 0, b, 3, 21);
-    k = append(want, k, b, 0, 3);
-    k = append(want, k, a, 40, 45);
-    k = append(want, k, a, 0, 40);
+    if (chained) {
+        k = append(want, 0, b, 3, 21);
+        k = append(want, k, b, 0, 3);
+        k = append(want, k, a, 40, 45);
+        k = append(want, k, a, 0, 40);
+    } else {
+        k = append(want, 0, b, 0, 21);
+        reverse(want, 21);
+        k = append(want, k, a, 0, 45);
+        reverse(want + 21, 45);
+    }
     assert_int_equal(k, 66);
     take_batch(cls, 21, batch);
     for (unsigned i = 0; i < 21; i++)
@@ -509,6 +554,18 @@ static void test_central_runs_cross_the_read_groups_whole(void **state)
     free(objs);
 }
 
+static void test_central_runs_cross_the_read_groups_whole(void **state)
+{
+    (void)state;
+    runs_cross_the_read_groups_whole(false);
+}
+
+static void test_central_chain_runs_cross_the_read_groups_whole(void **state)
+{
+    (void)state;
+    runs_cross_the_read_groups_whole(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -518,13 +575,15 @@ int main(void)
         cmocka_unit_test(test_central_empty_spans_go_back),
         cmocka_unit_test(test_central_reuses_returned_objects),
         cmocka_unit_test(test_central_fresh_span_goes_out_ascending),
-        cmocka_unit_test(test_central_keeps_a_batch_given_back_whole),
-        cmocka_unit_test(test_central_transfer_chains_are_capped),
-        cmocka_unit_test(test_central_owned_classes_keep_no_chain),
-        cmocka_unit_test(test_central_big_classes_keep_one_chain),
+        cmocka_unit_test(test_central_keeps_a_batch_given_back),
+        cmocka_unit_test(test_central_transfer_cache_is_capped),
+        cmocka_unit_test(test_central_owned_classes_keep_no_transfer_cache),
+        cmocka_unit_test(test_central_big_classes_keep_one_batch),
         cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
         cmocka_unit_test(test_central_runs_of_one_span_go_back_whole),
         cmocka_unit_test(test_central_runs_cross_the_read_groups_whole),
+        cmocka_unit_test(test_central_chain_runs_of_one_span_go_back_whole),
+        cmocka_unit_test(test_central_chain_runs_cross_the_read_groups_whole),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
