@@ -152,10 +152,11 @@ static void test_tcache_big_classes_cache_a_batch(void **state)
     free(objs);
 }
 
-/* A refill's objects go out in the order the central list chained them
- * (the stack holds the second on top): a fresh span's in ascending
- * addresses, as a program's consecutive allocations are best laid out. */
-static void test_tcache_refill_hands_out_in_chain_order(void **state)
+/* A refill's objects go out in the order the central list hands them
+ * (they land on the stack as it gives them, central.h): a fresh span's in
+ * ascending addresses, as a program's consecutive allocations are best
+ * laid out. */
+static void test_tcache_refill_hands_out_in_address_order(void **state)
 {
     (void)state;
     unsigned cls = sizeclass_of(704);
@@ -196,6 +197,42 @@ static void test_tcache_free_leaves_the_object_untouched(void **state)
     assert_ptr_equal(malloc(64), p); /* on the stack's top */
     free(p);
     test_prof_active(was_active);
+}
+
+/* A batch that goes from one thread's cache to another's through its
+ * class's transfer cache is neither read nor written on the way: the
+ * giver's flush and the taker's refill copy pointers only (central.c), so
+ * each object reaches the taker with every byte the giver wrote (chained
+ * through their first words, as batches once were, they would not). */
+static void test_tcache_transfer_leaves_objects_untouched(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(1024), batch = sizeclass_batch(cls);
+    size_t size = sizeclass_size(cls);
+    assert_true(central_xfer_capacity(cls) >= batch);
+    central_release_empty(); /* its transfer cache empty */
+    struct tcache *giver = tcache_create(), *taker = tcache_create();
+    void **objs = malloc(batch * sizeof(void *));
+    for (unsigned i = 0; i < batch; i++) {
+        objs[i] = cache_malloc(giver, cls);
+        memset(objs[i], (int)(0xa0 + i), size);
+    }
+    for (unsigned i = 0; i < batch; i++)
+        cache_free(giver, objs[i]);
+    tcache_destroy(giver); /* the rest of its stack */
+    for (unsigned k = 0; k < batch; k++) {
+        unsigned char *p = cache_malloc(taker, cls);
+        unsigned i = 0;
+        while (i < batch && objs[i] != p)
+            i++;
+        assert_true(i < batch); /* one of the giver's */
+        for (size_t b = 0; b < size; b++)
+            assert_int_equal(p[b], (unsigned char)(0xa0 + i));
+        objs[i] = NULL; /* each once */
+    }
+    tcache_check(taker);
+    tcache_destroy(taker);
+    free(objs);
 }
 
 static size_t metadata_bytes(void)
@@ -940,7 +977,8 @@ int main(void)
         cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
-        cmocka_unit_test(test_tcache_refill_hands_out_in_chain_order),
+        cmocka_unit_test(test_tcache_refill_hands_out_in_address_order),
+        cmocka_unit_test(test_tcache_transfer_leaves_objects_untouched),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
         cmocka_unit_test(test_tcache_own_slots_go_to_the_next_thread),
         cmocka_unit_test(test_tcache_own_slots_are_never_shared),
