@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""ab.py: A/B of two or more builds of salloc (or any allocators) on
+bench_core, for a change to the allocator: is the new build faster than the
+old one, benchmark by benchmark?
+
+    bench/ab.py [-r ROUNDS] [-f REGEX] [-t MIN_TIME] [-b BIN] NAME=LIB[@CONF] ...
+
+The first NAME is the base.  LIB is a library to LD_PRELOAD (copy a build
+aside first: `cp -L lib/libsalloc.so /tmp/old.so`), or '-' for none (glibc);
+@CONF sets SALLOC_CONF for that configuration only (SALLOC_CONF in the
+environment applies to all the others; thp:never takes the VM's
+huge-page luck out of phase).
+
+Method.  Each round runs every configuration once, in an order drawn afresh
+each round, each in its own process with an environment of drawn length
+(the stack's place moves times by several per cent: see compare.sh).  For
+each benchmark and counter it prints the base's median over rounds, then
+for each other configuration its median and, in parentheses, the MEDIAN OF
+THE PER-ROUND RATIOS to the base (below 1: faster than the base).  Pairing
+each run with the base's run of the same round cancels the machine's drift
+between rounds, which on the shared 2-core VM moves a benchmark by 30% or
+more while two builds differ by a few per cent.  Even so, a ratio within
+about 5% of 1 after 9 rounds is often noise there: repeat a run before
+believing it, and trust callgrind's counts (bench/callgrind.sh) for the
+fast paths.
+
+Unlike compare.sh (the issue's table against the other allocators), this
+measures time only, not RSS, and prints nothing but the ratios.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Time per operation, and phase's per-part times (bodies_memory.c).
+KEYS = ('real_time', 'build_ns', 'free_most_ns', 'rebuild_ns', 'free_rest_ns')
+
+
+def parse_config(arg):
+    name, sep, rest = arg.partition('=')
+    if not sep or not name or not rest:
+        sys.exit(f'ab.py: "{arg}" is not NAME=LIB[@CONF]')
+    lib, _, conf = rest.partition('@')
+    if lib != '-' and not os.path.exists(lib):
+        sys.exit(f'ab.py: {lib}: no such library')
+    return name, lib, conf or None
+
+
+def run_once(binary, regex, min_time, lib, conf):
+    env = dict(os.environ)
+    env.pop('LD_PRELOAD', None)
+    if lib != '-':
+        env['LD_PRELOAD'] = os.path.abspath(lib)
+    if conf is not None:
+        env['SALLOC_CONF'] = conf
+    env['AB_PAD'] = 'x' * random.randint(0, 4096)
+    out = subprocess.run([binary, '--benchmark_filter=' + regex, '--benchmark_format=json',
+                          '--benchmark_min_time=' + str(min_time)],
+                         env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-500:])
+    return json.loads(out.stdout)['benchmarks']
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('-r', '--rounds', type=int, default=9)
+    ap.add_argument('-f', '--filter', default='.', help='benchmark regex (google benchmark)')
+    ap.add_argument('-t', '--min-time', type=float, default=0.1)
+    ap.add_argument('-b', '--binary', default=os.path.join(HERE, 'bin', 'bench_core'))
+    ap.add_argument('configs', nargs='+', metavar='NAME=LIB[@CONF]')
+    args = ap.parse_args()
+    configs = [parse_config(c) for c in args.configs]
+    if len({c[0] for c in configs}) != len(configs):
+        sys.exit('ab.py: configuration names must differ')
+    random.seed(1)
+    # results[name][benchmark][key] = [value per round]; a failed run
+    # leaves its round out of every ratio that would use it.
+    results = {name: {} for name, _, _ in configs}
+    for r in range(args.rounds):
+        print(f'ab.py: round {r + 1}/{args.rounds}', file=sys.stderr)
+        order = configs[:]
+        random.shuffle(order)
+        for name, lib, conf in order:
+            try:
+                benchmarks = run_once(args.binary, args.filter, args.min_time, lib, conf)
+            except (RuntimeError, ValueError) as e:
+                print(f'ab.py: {name} failed in round {r + 1}: {e}', file=sys.stderr)
+                continue
+            for b in benchmarks:
+                per_key = results[name].setdefault(b['name'], {})
+                for k in KEYS:
+                    if k in b:
+                        per_key.setdefault(k, {})[r] = b[k]
+    base = configs[0][0]
+    for bench, per_key in results[base].items():
+        for k, base_runs in per_key.items():
+            line = f'{bench:48s} {k:12s} {base}={statistics.median(base_runs.values()):9.1f}'
+            for name, _, _ in configs[1:]:
+                runs = results[name].get(bench, {}).get(k, {})
+                paired = [runs[r] / base_runs[r] for r in runs if r in base_runs and base_runs[r]]
+                if paired:
+                    line += (f'  {name}={statistics.median(runs.values()):9.1f}'
+                             f' ({statistics.median(paired):.3f})')
+            print(line)
+
+
+if __name__ == '__main__':
+    main()
