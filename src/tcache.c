@@ -490,9 +490,9 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
     uint32_t n = refill_from_inbox(tc, cls, &obj);
     if (n == 0) {
         /* Slow start: fetch max objects (it starts small), so a short-lived
-         * thread that wants one object does not carve and touch a whole
-         * batch.  They land on the stack as they come (stack order,
-         * central.h), the top one the caller's (a user malloc, in
+         * thread that wants one object does not take a whole batch out of
+         * everyone's reach.  They land on the stack as they come (stack
+         * order, central.h), the top one the caller's (a user malloc, in
          * thread.allocated, or a proxy, which says so). */
         struct central_owner me = {&tc->incarnation, tc->incarnation, tc->owner_tag};
         uint32_t batch = sizeclass_batch(cls), want = tcache_bin_max(bin);

@@ -362,7 +362,8 @@ static void test_central_big_classes_keep_one_batch(void **state)
         else
             assert_int_equal(cap, batch * size <= (64 << 10) ? batch : 0);
     }
-    assert_int_equal(central_xfer_capacity(sizeclass_of(4096)), sizeclass_batch(sizeclass_of(4096)));
+    unsigned c4k = sizeclass_of(4096);
+    assert_int_equal(central_xfer_capacity(c4k), sizeclass_batch(c4k));
     assert_int_equal(central_xfer_capacity(sizeclass_of(65536)), 0);
     assert_true(total <= central_xfer_store_slots());
 }
