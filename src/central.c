@@ -2,13 +2,24 @@
  * central.c: the central free lists (see central.h).
  *
  * Each class keeps a doubly linked "partial" list of its spans that have at
- * least one free object: objects returned to the span (span->freelist) or
- * never yet carved (span->carved < objects per span: carving is lazy, so a
- * fresh span costs resident memory only as it is used).  Full spans are on
- * no list; the pagemap finds them when an object comes back.  A span whose
- * objects have all come back goes to the page heap, except that one such
- * empty span per class is kept, so a program hovering at a span boundary
- * does not map and unmap it on every batch.
+ * least one free object.  A span's free objects are a bitmap in its record
+ * (span->free_bits, a bit per object, set while it is free), as jemalloc's
+ * slabs keep them, not a list linked through the objects: taking a batch
+ * or giving one back reads and writes no object, only the record.  Linked
+ * through the objects, a batch taken walked the list one dependent load
+ * at a time, each a cache miss on an object freed long ago (3.9% of
+ * cxx_workload's profile, 95% of it on that load), and a batch given back
+ * wrote a link into each object.  A batch takes a span's free objects
+ * lowest address first: a fresh span's go out in ascending order, as
+ * consecutive allocations then lie, and a span's holes are filled before
+ * its tail; a fresh span costs resident memory only as the program uses
+ * its objects.  A bit found set when its object comes back is a double
+ * free: reported and aborted, not a list silently corrupted.
+ *
+ * Full spans are on no list; the pagemap finds them when an object comes
+ * back.  A span whose objects have all come back goes to the page heap,
+ * except that one such empty span per class is kept, so a program
+ * hovering at a span boundary does not map and unmap it on every batch.
  *
  * Span affinity.  Objects of one cache line handed to two threads make
  * both threads' writes fight over the line (false sharing): it happens
@@ -30,9 +41,9 @@
  * inbox full, instead of letting the freeing thread reuse them.
  *
  * Transfer caches.  A batch given back goes to the spans one object at a
- * time: a pagemap lookup, a push onto its span's list, and for a class of
+ * time: a pagemap lookup, a bit set in its span's record, and for a class of
  * a few objects per span often a span emptied and given to the page heap,
- * which the next batch taken maps and carves again.  So a class above
+ * which the next batch taken maps again.  So a class above
  * AFFINITY_MAX_SIZE (whose spans have no owner) keeps up to
  * central_xfer_capacity() objects given back, as a stack of pointers, and
  * hands them out again as they are, as tcmalloc's transfer cache does: a
@@ -52,7 +63,7 @@
  */
 #include "central.h"
 
-#include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "lock.h"
@@ -128,7 +139,21 @@ static void partial_remove(struct central *c, struct span *s)
 /* Partial spans looked at for one of the taker's own before a new span. */
 #define AFFINITY_SCAN 16
 
-/* A span to take objects from: the kept empty one, or a new one. */
+/* Words of a class's free bits: its objects', rounded up to 64. */
+static unsigned free_words(unsigned nobjs) { return (nobjs + 63) / 64; }
+
+/* A new span's bits: all `nobjs` objects free, none beyond. */
+static void set_all_free(struct span *s, unsigned nobjs)
+{
+    unsigned w = 0;
+    for (; w < nobjs / 64; w++)
+        s->free_bits[w] = ~(uint64_t)0;
+    if (nobjs % 64)
+        s->free_bits[w] = ((uint64_t)1 << (nobjs % 64)) - 1;
+}
+
+/* A span to take objects from: the kept empty one (all its bits set
+ * again), or a new one. */
 static struct span *span_for_alloc(struct central *c, unsigned cls)
 {
     struct span *s = c->empty;
@@ -138,6 +163,7 @@ static struct span *span_for_alloc(struct central *c, unsigned cls)
         s = pageheap_alloc(sizeclass_pages(cls), 1, cls, NULL);
         if (!s)
             return NULL;
+        set_all_free(s, sizeclass_objects(cls));
         c->spans++;
     }
     partial_push(c, s);
@@ -213,14 +239,42 @@ static void debug_check(unsigned cls)
         central_check(cls);
 }
 
-/* Debug builds: a span's free list is not as long as its counts say (a
- * miscount would otherwise surface later, as a batch read past the list's
- * end or objects lost). */
-static void __attribute__((noreturn, cold)) list_miscounted(const struct span *s,
-                                                            unsigned listed)
+/* A span on the partial list whose bits hold no free object: its count
+ * of objects out is wrong (heap corruption, or a bug here); going on
+ * would hand out objects still in use. */
+static void __attribute__((noreturn, cold)) no_free_object(const struct span *s, unsigned nobjs)
 {
-    sa_fatal("central: span %p's free list is not the %u objects its counts say",
-             (void *)s->start, listed);
+    sa_fatal("central: span %p counts %u of its %u objects out but has none free",
+             (void *)s->start, s->allocated, nobjs);
+}
+
+/* Under the lock: up to `pos` free objects of span `s` (of `nobjs`
+ * objects of `size` bytes), lowest address first, into out[pos - 1]
+ * downwards (stack order: the lowest goes out first); returns the new
+ * pos.  The span must have a free object. */
+static unsigned take_from_span(struct span *s, size_t size, unsigned nobjs, void **out,
+                               unsigned pos)
+{
+    unsigned words = free_words(nobjs), start = pos;
+    for (unsigned w = 0; w < words && pos > 0; w++) {
+        uint64_t bits = s->free_bits[w];
+        if (!bits)
+            continue;
+        uintptr_t base = s->start + (uintptr_t)w * 64 * size;
+        do {
+            out[--pos] = (void *)(base + (unsigned)__builtin_ctzll(bits) * size);
+            bits &= bits - 1;
+        } while (bits && pos > 0);
+        s->free_bits[w] = bits;
+    }
+    if (pos == start)
+        no_free_object(s, nobjs);
+    s->allocated = (uint16_t)(s->allocated + (start - pos));
+    /* The last taken is the highest: carved is its index + 1 at least. */
+    unsigned top = (unsigned)(((uintptr_t)out[pos] - s->start) / size) + 1;
+    if (top > s->carved)
+        __atomic_store_n(&s->carved, (uint16_t)top, __ATOMIC_RELAXED);
+    return pos;
 }
 
 unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner owner,
@@ -252,33 +306,11 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                 pagemap_set_owner_range(span_page(s), s->npages, tag);
             }
         }
-        /* Its free list first, the most recently returned first out.  The
-         * last object taken's link is read too: it is the list's rest
-         * (NULL when the list is taken whole). */
-        unsigned listed = s->carved - s->allocated, k = listed < pos ? listed : pos;
-        void *obj = s->freelist;
-        for (unsigned i = 0; i < k; i++) {
-            if (SA_DEBUG && !obj)
-                list_miscounted(s, listed);
-            out[--pos] = obj;
-            obj = *(void **)obj;
-        }
-        if (SA_DEBUG && k == listed && obj)
-            list_miscounted(s, listed);
-        s->freelist = obj;
-        /* Then objects never carved, handed out in ascending address
-         * order, as consecutive allocations then lie (the program's own
-         * walks over them, and the prefetchers, like that: cxx_workload
-         * about 1.5% faster than the other way).  Not touched: a fresh
-         * span costs resident memory only as the program uses it. */
-        unsigned fresh = nobjs - s->carved;
-        if (fresh > pos)
-            fresh = pos;
-        for (uintptr_t p = s->start + size * s->carved, i = 0; i < fresh; i++, p += size)
-            out[--pos] = (void *)p;
-        s->carved += fresh;
-        s->allocated += k + fresh;
-        if (!s->freelist && s->carved == nobjs)
+        /* Ascending address order, as consecutive allocations then lie
+         * (the program's own walks over them, and the prefetchers, like
+         * that: cxx_workload about 1.5% faster than the other way). */
+        pos = take_from_span(s, size, nobjs, out, pos);
+        if (s->allocated == nobjs)
             partial_remove(c, s);
     }
     unsigned got = want - pos;
@@ -302,91 +334,97 @@ static void span_emptied(struct central *c, struct span *s)
     }
 }
 
-/* Objects of one span, next to each other in a batch given back, linked
- * through word 0 from top down to bottom: for an array, top is the last
- * of them (the most recently freed); for a chain, the first (the chain's
- * own links are kept). */
+/* Objects of one span, next to each other in a batch given back. */
 struct run {
     struct span *span; /* NULL: none open */
-    void *top, *bottom;
     unsigned len;
 };
 
-/* Under the lock: the run onto its span's list whole (only its bottom's
- * link written there). */
+/* Under the lock: the run's objects are back in its span's bits; now its
+ * counts and lists. */
 static void return_run(struct central *c, const struct run *r)
 {
     struct span *s = r->span;
-    *(void **)r->bottom = s->freelist;
-    s->freelist = r->top;
-    s->allocated -= r->len;
+    s->allocated = (uint16_t)(s->allocated - r->len);
     if (!s->on_list)
         partial_push(c, s);
     if (s->allocated == 0)
         span_emptied(c, s);
 }
 
+/* An object given back whose bit is set already: freed twice (or a
+ * pointer into the span that was never handed out). */
+static void __attribute__((noreturn, cold)) freed_twice(const void *obj, unsigned cls)
+{
+    sa_fatal("free(): double free of the %zu-byte block at %p (already free in its span)",
+             sizeclass_size(cls), obj);
+}
+
+/* ceil(2^32 / size): (off * it) >> 32 is off / size for any multiple off
+ * of size below 2^32 (the error, off * (size * it - 2^32) / size / 2^32,
+ * stays below 1). */
+static uint64_t index_multiplier(size_t size) { return (((uint64_t)1 << 32) + size - 1) / size; }
+
 /* Under the lock: `k` (<= RETURN_GROUP) objects of a batch back into
- * their spans, `r` the run still open from the group before; `chained`:
- * they are linked already, each to the next (central_free_chain).
+ * their spans' bits, `r` the run still open from the group before.
  *
  * Objects of one span often lie next to each other in a batch (freed in
  * the order they were allocated; a consumer's remote frees of what a
- * producer took in one batch): such a run goes onto its span's list whole.
- * (prodcons/64: 45 objects a run; cxx_workload and sizemix 1.7-1.8.)
+ * producer took in one batch): such a run's counts and lists are updated
+ * once.  (prodcons/64: 45 objects a run; cxx_workload and sizemix 1.7-1.8.)
  *
  * A first pass looks up each object's span record and prefetches it (an
- * object in the page of the one before it skips the lookup), and
- * prefetches an array's objects for the link each gets; a second pushes
- * the runs.  Done object after object, the loop's branch waited on
- * each record: after a program frees at random across a large heap the
- * records are cold, and that wait was 10.7% of phase's profile (perf,
- * 300,000 objects a build), 5.3% grouped.  A run's span keeps its record
- * while the run is open across groups: the run's objects are still
- * counted out of it.  (The objects' prefetch: phase's free_most, which
- * gives back objects at random across 256 MiB, 0.92 of its time without
- * it, 9 rounds.) */
+ * object in the page of the one before it skips the lookup); a second sets
+ * the bits.  Done object after object, the loop's branch waited on each
+ * record: after a program frees at random across a large heap the records
+ * are cold, and that wait was 10.7% of phase's profile (perf, 300,000
+ * objects a build), 5.3% grouped.  A run's span keeps its record while the
+ * run is open across groups: the run's objects are still counted out of
+ * it. */
 #define RETURN_GROUP 32
 
-static inline __attribute__((always_inline)) void
-return_group(struct central *c, unsigned cls, struct run *r, void *const *objs, unsigned k,
-             bool chained)
+static void return_group(struct central *c, unsigned cls, uint64_t mul, struct run *r,
+                         void *const *objs, unsigned k)
 {
     struct span *spans[RETURN_GROUP];
+    /* The record's lines its bits reach past the first (classes below
+     * 128 bytes: over 64 objects a span). */
+    size_t bits_end = offsetof(struct span, free_bits) + free_words(sizeclass_objects(cls)) * 8;
     for (unsigned i = 0; i < k; i++) {
-        if (!chained)
-            __builtin_prefetch(objs[i], 1);
         if (i && ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0) {
             spans[i] = spans[i - 1];
         } else {
             spans[i] = pagemap_span(objs[i]);
-            __builtin_prefetch(spans[i], 1);
+            for (size_t line = 0; line < bits_end; line += SA_CACHELINE)
+                __builtin_prefetch((char *)spans[i] + line, 1);
         }
     }
     for (unsigned i = 0; i < k; i++) {
-        if (spans[i] == r->span) {
-            if (chained) { /* linked already, the chain's first on top */
-                r->bottom = objs[i];
-            } else {
-                *(void **)objs[i] = r->top;
-                r->top = objs[i];
-            }
-            r->len++;
-            continue;
+        struct span *s = spans[i];
+        if (s != r->span) {
+            if (r->span)
+                return_run(c, r);
+            SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == cls);
+            *r = (struct run){s, 0};
         }
-        if (r->span)
-            return_run(c, r);
-        SA_ASSERT(spans[i] && spans[i]->state == SPAN_SMALL && spans[i]->cls == cls);
-        *r = (struct run){spans[i], objs[i], objs[i], 1};
+        uintptr_t off = (uintptr_t)objs[i] - s->start;
+        SA_ASSERT(off % sizeclass_size(cls) == 0);
+        unsigned idx = (unsigned)((off * mul) >> 32);
+        uint64_t bit = (uint64_t)1 << (idx % 64), *word = &s->free_bits[idx / 64];
+        if (*word & bit)
+            freed_twice(objs[i], cls);
+        *word |= bit;
+        r->len++;
     }
 }
 
 /* Under the lock: objs[0, n) back into their spans. */
 static void return_to_spans(struct central *c, unsigned cls, void *const *objs, unsigned n)
 {
-    struct run r = {NULL, NULL, NULL, 0};
+    struct run r = {NULL, 0};
+    uint64_t mul = index_multiplier(sizeclass_size(cls));
     for (unsigned i = 0; i < n; i += RETURN_GROUP)
-        return_group(c, cls, &r, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP, false);
+        return_group(c, cls, mul, &r, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP);
     if (r.span)
         return_run(c, &r);
 }
@@ -413,7 +451,8 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
 {
     struct central *c = central_of(cls);
     void *group[RETURN_GROUP];
-    struct run r = {NULL, NULL, NULL, 0};
+    struct run r = {NULL, 0};
+    uint64_t mul = index_multiplier(sizeclass_size(cls));
     sa_lock(&c->lock);
     c->allocated -= n;
     while (n) {
@@ -423,7 +462,7 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
             group[i] = head;
             head = *(void **)head;
         }
-        return_group(c, cls, &r, group, k, true);
+        return_group(c, cls, mul, &r, group, k);
     }
     if (r.span)
         return_run(c, &r);
@@ -454,13 +493,10 @@ void central_release_empty(void)
     }
 }
 
-/* Whether `obj` is among the first `n` objects of the chain from `head`. */
-static bool chain_holds(const void *head, unsigned n, const void *obj)
+/* Whether object `idx` of small span `s` is free in the span. */
+static bool bit_is_free(const struct span *s, unsigned idx)
 {
-    for (const void *o = head; o && n--; o = *(void *const *)o)
-        if (o == obj)
-            return true;
-    return false;
+    return s->free_bits[idx / 64] >> (idx % 64) & 1;
 }
 
 /* Under the lock: whether `obj` is in the class's transfer cache. */
@@ -485,7 +521,7 @@ enum central_object central_object_state(unsigned cls, const void *obj, const vo
         state = OBJECT_INSIDE;
     else if (off / size >= s->carved)
         state = OBJECT_NEVER;
-    else if (chain_holds(s->freelist, UINT_MAX, obj) || xfer_holds(c, obj))
+    else if (bit_is_free(s, (unsigned)(off / size)) || xfer_holds(c, obj))
         state = OBJECT_FREE;
     sa_unlock(&c->lock);
     return state;
@@ -528,20 +564,29 @@ void central_get_stats(unsigned cls, struct central_stats *st)
     sa_unlock(&c->lock);
 }
 
+/* A span's record against its class and its bits: the free objects are
+ * those its counts say, none beyond the class's objects, and all never
+ * handed out (from `carved` on) are free.  Returns its objects out. */
 static size_t check_span(const struct span *s, unsigned cls)
 {
     unsigned nobjs = sizeclass_objects(cls), nfree = 0;
-    if (s->state != SPAN_SMALL || s->cls != cls || s->carved > nobjs)
+    if (s->state != SPAN_SMALL || s->cls != cls || s->carved > nobjs || s->allocated > nobjs)
         sa_fatal("central: span %p of class %u is corrupt", (void *)s->start, cls);
-    for (void *o = s->freelist; o; o = *(void **)o) {
-        uintptr_t off = (uintptr_t)o - s->start;
-        if ((uintptr_t)o < s->start || off % sizeclass_size(cls) ||
-            off / sizeclass_size(cls) >= s->carved || ++nfree > nobjs)
-            sa_fatal("central: bad free object %p in span %p", o, (void *)s->start);
+    unsigned words = free_words(nobjs);
+    for (unsigned w = 0; w < words; w++) {
+        uint64_t bits = s->free_bits[w];
+        if (w == words - 1 && nobjs % 64 && bits >> (nobjs % 64))
+            sa_fatal("central: span %p has free bits past its %u objects", (void *)s->start,
+                     nobjs);
+        nfree += (unsigned)__builtin_popcountll(bits);
     }
-    if (s->allocated + nfree != s->carved)
-        sa_fatal("central: span %p counts %u out + %u free != %u carved",
-                 (void *)s->start, s->allocated, nfree, s->carved);
+    for (unsigned i = s->carved; i < nobjs; i++)
+        if (!bit_is_free(s, i))
+            sa_fatal("central: span %p's object %u was never handed out but is not free",
+                     (void *)s->start, i);
+    if (s->allocated + nfree != nobjs)
+        sa_fatal("central: span %p counts %u out + %u free != %u objects", (void *)s->start,
+                 s->allocated, nfree, nobjs);
     for (size_t p = 0; p < s->npages; p++)
         if (pagemap_class_of((void *)(s->start + (p << SA_PAGE_SHIFT))) != cls)
             sa_fatal("central: span %p page %zu has the wrong class", (void *)s->start, p);
@@ -572,7 +617,7 @@ void central_check(unsigned cls)
     struct central *c = central_of(cls);
     sa_lock(&c->lock);
     for (struct span *s = c->partial; s; s = s->next) {
-        if (!s->on_list || (!s->freelist && s->carved == sizeclass_objects(cls)))
+        if (!s->on_list || s->allocated == sizeclass_objects(cls))
             sa_fatal("central: span %p on the partial list has no free object",
                      (void *)s->start);
         check_span(s, cls);

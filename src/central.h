@@ -44,7 +44,7 @@ void central_free_chain(unsigned cls, void *head, unsigned n);
 
 /* opt.check: what the central list knows of `obj`, a pointer into a small
  * span of class `cls`: handed out (in a thread cache or in use), free in
- * its span, never carved yet, or not at an object's start (then *start is
+ * its span, never handed out yet, or not at an object's start (then *start is
  * the object it is inside). */
 enum central_object { OBJECT_OUT, OBJECT_FREE, OBJECT_NEVER, OBJECT_INSIDE };
 enum central_object central_object_state(unsigned cls, const void *obj, const void **start);
@@ -74,8 +74,8 @@ struct central_stats {
 };
 void central_get_stats(unsigned cls, struct central_stats *st);
 
-/* Checks every span of the class (tests, SA_DEBUG): counts, free lists
- * inside the span, list membership.  Aborts on the first broken one. */
+/* Checks every span of the class (tests, SA_DEBUG): counts against the
+ * free bits, list membership, the transfer cache.  Aborts on the first broken one. */
 void central_check(unsigned cls);
 
 /* fork.c: all class locks in class order, and back. */

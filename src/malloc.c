@@ -281,7 +281,8 @@ static bool keeps_small(size_t old, size_t n)
 /* ---- opt.check ---- */
 
 /* What a checked free writes into a small block's second word (the first
- * is its link on the central lists): its address, scrambled.  Under
+ * is its link when it travels in a chain of remote frees): its address,
+ * scrambled.  Under
  * opt.check every allocation clears it (alloc_small), so a block that
  * carries it is free: freed twice, barring a program that stored this very
  * value there, which the scan below rules out. */

@@ -417,8 +417,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     if (zeroed)
         *zeroed = !s->dirty;
     s->next = s->prev = NULL;
-    s->freelist = NULL;
-    s->sample = NULL;
+    s->sample = NULL; /* a small span's bits instead: central.c sets them */
     s->owner = NULL;
     s->owner_gen = 0;
     s->owner_tag = 0; /* and its pages' (pagemap_set_class_range) */
@@ -444,7 +443,9 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
 static void free_locked(struct span *s)
 {
     size_t bytes = s->npages << SA_PAGE_SHIFT;
-    SA_ASSERT(!s->sample); /* a sampled large span is unsampled first (prof.c) */
+    /* A sampled large span is unsampled first (prof.c); a small span's
+     * record holds its free bits there. */
+    SA_ASSERT(s->state == SPAN_SMALL || !s->sample);
     if (s->state == SPAN_SMALL) {
         pagemap_set_class_range(span_page(s), s->npages, 0);
         stats.small -= bytes;

@@ -3,9 +3,15 @@
  * objects are distinct, inside spans of their class, at object boundaries;
  * spans come and go with their objects; counts stay consistent; two live
  * thread caches never get objects of one span (span affinity), and a gone
- * one's spans are anyone's; a span's pages carry its owner's tag; the
- * transfer caches keep what fits and hand it out the last freed first.
+ * one's spans are anyone's; a span's pages carry its owner's tag; a
+ * span's free objects go out lowest address first; the transfer caches
+ * keep what fits and hand it out the last freed first; an object given
+ * back twice aborts.
  */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "unit.h"
 
 /* Reverses a[0, n). */
@@ -239,17 +245,15 @@ static void test_central_spans_carry_their_owners_tag(void **state)
     central_check(cls);
 }
 
-/* Whether free object `obj` of class `cls` went back to its span: it is on
- * the span's list, or the span, emptied, went back to the page heap. */
+/* Whether free object `obj` of class `cls` went back to its span: its bit
+ * is set, or the span, emptied, went back to the page heap. */
 static bool back_in_its_span(unsigned cls, void *obj)
 {
     struct span *s = pagemap_span(obj);
     if (!s || s->state != SPAN_SMALL || s->cls != cls)
         return true;
-    for (void *o = s->freelist; o; o = *(void **)o)
-        if (o == obj)
-            return true;
-    return false;
+    size_t idx = ((uintptr_t)obj - s->start) / sizeclass_size(cls);
+    return s->free_bits[idx / 64] >> (idx % 64) & 1;
 }
 
 /* A class above the affinity size keeps a batch given back in its
@@ -402,34 +406,31 @@ static void take_two_fresh_spans(unsigned cls, unsigned n, void **objs)
     assert_ptr_not_equal(pagemap_span(objs[0]), pagemap_span(objs[n]));
 }
 
-/* A batch takes a span's free list, most recently returned first, and
- * goes on to the next span's when the first runs out; of a list longer
- * than it still wants it takes only that many.  Counts stay right
- * throughout (central_check). */
-static void test_central_whole_free_list_goes_in_one_batch(void **state)
+/* A batch takes a span's free objects lowest address first, whatever
+ * order they came back in, and goes on to the next span's when the first
+ * runs out; of more than it still wants it takes only that many.  The
+ * span given back to last is tried first.  Counts stay right throughout
+ * (central_check). */
+static void test_central_batch_takes_lowest_free_objects_first(void **state)
 {
     (void)state;
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
     void **objs = malloc(2 * n * sizeof(void *)), *batch[5];
     take_two_fresh_spans(cls, n, objs);
     void **a = objs, **b = objs + n;
-    /* Each batch goes onto its span's list the last freed on top: A's
-     * list 1, 2, 3; B's 1, 2, 3; B is tried first (the more recently
-     * returned to).  B's whole list, then two of A's three. */
-    give(cls, 3, (void *[]){a[3], a[2], a[1]});
-    give(cls, 3, (void *[]){b[3], b[2], b[1]});
+    give(cls, 3, (void *[]){a[3], a[1], a[2]});
+    give(cls, 3, (void *[]){b[2], b[3], b[1]});
     take_batch(cls, 5, batch);
     void *want1[5] = {b[1], b[2], b[3], a[1], a[2]};
     for (unsigned i = 0; i < 5; i++)
         assert_ptr_equal(batch[i], want1[i]);
     central_check(cls);
-    /* A's list is 3 now (its tail).  One more on top, and two of B's: B's
-     * whole list, then A's whole list after it. */
-    give(cls, 1, &a[4]);                  /* A: 4, 3 */
+    /* A has 3 free.  One more below it, and two of B's: B's, then A's. */
+    give(cls, 1, &a[0]);                  /* A: 0, 3 */
     give(cls, 2, (void *[]){b[6], b[5]}); /* B: 5, 6 */
     void *more[4];
     take_batch(cls, 4, more);
-    void *want2[4] = {b[5], b[6], a[4], a[3]};
+    void *want2[4] = {b[5], b[6], a[0], a[3]};
     for (unsigned i = 0; i < 4; i++)
         assert_ptr_equal(more[i], want2[i]);
     central_check(cls);
@@ -439,12 +440,11 @@ static void test_central_whole_free_list_goes_in_one_batch(void **state)
     free(objs);
 }
 
-/* A batch that goes from span to span and back (A A B B B A) returns each
- * run to its own span whole: every span's count drops by its objects, the
- * later run of a span lies on top of the earlier, and a span's last
- * objects coming back in one run empty it.  An array's run lies on its
- * span's list as if pushed one object at a time (the last freed on top);
- * a chain's lies as it was chained. */
+/* A batch that goes from span to span and back (A A B B B A), as an array
+ * or as a chain, returns each object to its own span: every span's count
+ * drops by its objects, both spans are on the partial list again (the
+ * last given back to first), and a span's last objects coming back in one
+ * batch empty it. */
 static void runs_of_one_span_go_back_whole(bool chained)
 {
     void (*give_as)(unsigned, unsigned, void **) = chained ? give_chain : give;
@@ -454,20 +454,17 @@ static void runs_of_one_span_go_back_whole(bool chained)
     void **a = objs, **b = objs + n;
     struct span *sa = pagemap_span(a[0]), *sb = pagemap_span(b[0]);
     unsigned a_out = sa->allocated, b_out = sb->allocated;
-    give_as(cls, 6, (void *[]){a[0], a[1], b[0], b[1], b[2], a[2]});
+    give_as(cls, 6, (void *[]){a[0], a[1], b[1], b[0], b[2], a[2]});
     assert_int_equal(sa->allocated, a_out - 3);
     assert_int_equal(sb->allocated, b_out - 3);
     central_check(cls);
-    /* B went onto the partial list after A: its list first, then A's,
-     * whose later run (a[2]) lies on top of its earlier one. */
     take_batch(cls, 6, batch);
-    void *array_order[6] = {b[2], b[1], b[0], a[2], a[1], a[0]};
-    void *chain_order[6] = {b[0], b[1], b[2], a[2], a[0], a[1]};
+    void *want[6] = {b[0], b[1], b[2], a[0], a[1], a[2]};
     for (unsigned i = 0; i < 6; i++)
-        assert_ptr_equal(batch[i], chained ? chain_order[i] : array_order[i]);
+        assert_ptr_equal(batch[i], want[i]);
     central_check(cls);
-    /* All of B in one batch, a run of n: B is empty again and is kept
-     * (or given to the page heap), off the partial list. */
+    /* All of B in one batch: B is empty again and is kept (or given to
+     * the page heap), off the partial list. */
     struct central_stats before, after;
     central_get_stats(cls, &before);
     give_as(cls, n, b);
@@ -502,9 +499,10 @@ static unsigned append(void **out, unsigned k, void **from, unsigned lo, unsigne
 }
 
 /* Batches go back 32 objects at a time (return_group): a run longer than
- * that, and one open across the boundary, still go onto their spans'
- * lists whole and in order.  Batch: A's 0..39 (over the first boundary),
- * B's 0..2, A's 40..44, B's 3..20 (over the second): 66 objects. */
+ * that, and one open across the boundary, still reach their spans whole.
+ * Batch: A's 0..39 (over the first boundary), B's 0..2, A's 40..44, B's
+ * 3..20 (over the second): 66 objects, which come out again B's 0..20 (B
+ * given back to last), then A's 0..44. */
 static void runs_cross_the_read_groups_whole(bool chained)
 {
     unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls);
@@ -523,29 +521,12 @@ static void runs_cross_the_read_groups_whole(bool chained)
     assert_int_equal(sa->allocated, a_out - 45);
     assert_int_equal(sb->allocated, b_out - 21);
     central_check(cls);
-    /* B is first on the partial list (returned to last).  A chain's runs
-     * lie as chained, the later on top: B's 3..20, then 0..2; A's 40..44,
-     * then 0..39.  An array's objects lie the last freed on top: B's 20
-     * down to 0, A's 44 down to 0. */
-    void *want[66];
-    if (chained) {
-        k = append(want, 0, b, 3, 21);
-        k = append(want, k, b, 0, 3);
-        k = append(want, k, a, 40, 45);
-        k = append(want, k, a, 0, 40);
-    } else {
-        k = append(want, 0, b, 0, 21);
-        reverse(want, 21);
-        k = append(want, k, a, 0, 45);
-        reverse(want + 21, 45);
-    }
-    assert_int_equal(k, 66);
     take_batch(cls, 21, batch);
     for (unsigned i = 0; i < 21; i++)
-        assert_ptr_equal(batch[i], want[i]);
+        assert_ptr_equal(batch[i], b[i]);
     take_batch(cls, 45, chain);
     for (unsigned i = 0; i < 45; i++)
-        assert_ptr_equal(chain[i], want[21 + i]);
+        assert_ptr_equal(chain[i], a[i]);
     central_check(cls);
     give(cls, 21, batch);
     give(cls, 45, chain);
@@ -567,6 +548,81 @@ static void test_central_chain_runs_cross_the_read_groups_whole(void **state)
     runs_cross_the_read_groups_whole(true);
 }
 
+/* Objects given back to their spans and taken again come back exactly as
+ * they were written: the central list keeps its free objects in the
+ * spans' records and writes none of their bytes (a list linked through
+ * them wrote a link into each).  One object of each span stays out, so
+ * the spans stay, first on the partial list. */
+static void test_central_leaves_free_objects_untouched(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(64), n = sizeclass_objects(cls), m = 2 * n - 2;
+    size_t size = sizeclass_size(cls);
+    void **objs = malloc(2 * n * sizeof(void *)), **again = malloc(m * sizeof(void *));
+    take_two_fresh_spans(cls, n, objs);
+    struct span *sa = pagemap_span(objs[0]), *sb = pagemap_span(objs[n]);
+    for (unsigned i = 0; i < 2 * n; i++)
+        memset(objs[i], 0xa5, size);
+    give(cls, n - 1, objs + 1);
+    give(cls, n - 1, objs + n + 1);
+    take(cls, m, again);
+    for (unsigned i = 0; i < m; i++) {
+        struct span *s = pagemap_span(again[i]);
+        assert_true(s == sa || s == sb);
+        for (size_t b = 0; b < size; b++)
+            assert_int_equal(((unsigned char *)again[i])[b], 0xa5);
+    }
+    give(cls, m, again);
+    give(cls, 1, objs);
+    give(cls, 1, objs + n);
+    central_check(cls);
+    free(objs);
+    free(again);
+}
+
+/* Every class's objects fit a span's free bits, and its objects' index
+ * fits the 16-bit counts. */
+static void test_central_every_class_fits_the_free_bits(void **state)
+{
+    (void)state;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        assert_true(sizeclass_objects(cls) <= 64 * SPAN_FREE_WORDS);
+    assert_true(64 * SPAN_FREE_WORDS <= UINT16_MAX);
+}
+
+/* An object given back to its span twice is a double free: the child
+ * aborts with a message that names it, before the span's counts go
+ * wrong. */
+static void test_central_double_free_aborts(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(48);
+    int err[2];
+    assert_int_equal(pipe(err), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(err[1], 2);
+        void *obj;
+        take(cls, 1, &obj);
+        give(cls, 1, &obj);
+        give(cls, 1, &obj);
+        _exit(0); /* not caught */
+    }
+    close(err[1]);
+    char buf[1024];
+    const char *want = "double free of the 48-byte block at 0x";
+    ssize_t n = read(err[0], buf, sizeof(buf) - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(err[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    if (!strstr(buf, want))
+        fail_msg("expected \"%s\" on stderr, got: %s", want, buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,11 +636,14 @@ int main(void)
         cmocka_unit_test(test_central_transfer_cache_is_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_transfer_cache),
         cmocka_unit_test(test_central_big_classes_keep_one_batch),
-        cmocka_unit_test(test_central_whole_free_list_goes_in_one_batch),
+        cmocka_unit_test(test_central_batch_takes_lowest_free_objects_first),
         cmocka_unit_test(test_central_runs_of_one_span_go_back_whole),
         cmocka_unit_test(test_central_runs_cross_the_read_groups_whole),
         cmocka_unit_test(test_central_chain_runs_of_one_span_go_back_whole),
         cmocka_unit_test(test_central_chain_runs_cross_the_read_groups_whole),
+        cmocka_unit_test(test_central_leaves_free_objects_untouched),
+        cmocka_unit_test(test_central_every_class_fits_the_free_bits),
+        cmocka_unit_test(test_central_double_free_aborts),
     };
     return cmocka_run_group_tests_name("central", tests, NULL, NULL);
 }
