@@ -386,6 +386,21 @@ static void double_free_sampled(void *size)
     free(p);
 }
 
+/* A small block freed twice, each free flushed from the thread's cache
+ * to the block's span: the second finds its bit set.  48 bytes: a class
+ * with no transfer cache, so a flush reaches the spans. */
+static void double_free_small(void *unused)
+{
+    (void)unused;
+    bool off = false; /* a sampled block is freed another way */
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &off, sizeof(off)), 0);
+    void *volatile p = malloc(48);
+    free(p);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    free(p);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+}
+
 static void realloc_foreign(void *p) { (void)!realloc(p, 10); }
 
 static void usable_size_foreign(void *p) { (void)malloc_usable_size(p); }
@@ -418,6 +433,10 @@ static void test_api_invalid_free_aborts_with_message(void **state)
     char *err = run_in_child(double_free_large, NULL, &sig);
     assert_int_equal(sig, SIGABRT);
     assert_non_null(strstr(err, "salloc: free(): invalid pointer 0x"));
+    /* Without opt.check too, once both frees reach the block's span. */
+    err = run_in_child(double_free_small, NULL, &sig);
+    if (sig != SIGABRT || !strstr(err, "salloc: free(): double free of the 48-byte block at 0x"))
+        fail_msg("double free of a small block: signal %d, stderr \"%s\"", sig, err);
     const size_t sampled_sizes[] = {100, (size_t)1 << 20};
     for (size_t k = 0; k < 2; k++) {
         size_t size = sampled_sizes[k];
