@@ -387,8 +387,8 @@ static void return_group(struct central *c, unsigned cls, uint64_t mul, struct r
                          void *const *objs, unsigned k)
 {
     struct span *spans[RETURN_GROUP];
-    /* The record's lines its bits reach past the first (classes below
-     * 128 bytes: over 64 objects a span). */
+    /* The record's lines up to the end of its bits: the first line only,
+     * but for classes below 128 bytes (over 64 objects a span). */
     size_t bits_end = offsetof(struct span, free_bits) + free_words(sizeclass_objects(cls)) * 8;
     for (unsigned i = 0; i < k; i++) {
         if (i && ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0) {

@@ -63,8 +63,8 @@ unsigned central_xfer_store_slots(void);
 void central_release_empty(void);
 
 /* For the small object `obj`: the bytes of its span not holding a live
- * object (free objects, the transfer cache's included, never-carved room,
- * the tail) and how many objects are out.  False if `obj` is not in a
+ * object (free objects, the transfer cache's and those never handed out
+ * included, the tail) and how many objects are out.  False if `obj` is not in a
  * small span.  Takes the class lock. */
 bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated);
 
@@ -75,7 +75,8 @@ struct central_stats {
 void central_get_stats(unsigned cls, struct central_stats *st);
 
 /* Checks every span of the class (tests, SA_DEBUG): counts against the
- * free bits, list membership, the transfer cache.  Aborts on the first broken one. */
+ * free bits, list membership, the transfer cache.  Aborts on the first
+ * broken one. */
 void central_check(unsigned cls);
 
 /* fork.c: all class locks in class order, and back. */

@@ -282,10 +282,9 @@ static bool keeps_small(size_t old, size_t n)
 
 /* What a checked free writes into a small block's second word (the first
  * is its link when it travels in a chain of remote frees): its address,
- * scrambled.  Under
- * opt.check every allocation clears it (alloc_small), so a block that
- * carries it is free: freed twice, barring a program that stored this very
- * value there, which the scan below rules out. */
+ * scrambled.  Under opt.check every allocation clears it (alloc_small), so
+ * a block that carries it is free: freed twice, barring a program that
+ * stored this very value there, which the scan below rules out. */
 #define FREED_TAG ((uintptr_t)0x5a11acfee1f5eed5ull)
 
 /* A free of the small block `p` of class `cls`: it must be the start of a
