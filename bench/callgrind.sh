@@ -9,7 +9,8 @@
 #   pair   = pair_loop's inclusive cost minus its self cost: every
 #            instruction in its callees (PLT stubs included, the loop and
 #            the byte write excluded); works for any allocator;
-#   malloc, free = the inclusive cost of salloc's own malloc and free.
+#   malloc, free = the inclusive cost of salloc's own malloc and free
+#            (and free(NULL) alone: callgrind_pair N null).
 # One-time costs (lazy binding, set-up) cancel by running N and 2N pairs and
 # dividing the difference by N; amortised slow paths (refills, flushes,
 # sampling) stay in.  Counts are deterministic for given binaries, N and
@@ -120,7 +121,8 @@ salloc_figures() {
     echo "# fast path is the same code (the counter is charged either way).  With"
     echo "# profiling off for good a thread never checks in with the sampler, so"
     echo "# malloc(SIZE) here is the fast path alone: a check-in every 1 MiB would"
-    echo "# show as 0.20 at 1024 and 0.78 at 4096."
+    echo "# show as 0.20 at 1024 and 0.78 at 4096.  free(NULL): N calls of it alone"
+    echo "# (callgrind_pair N null), free's way through its slow path's entry."
     echo "# Regenerate with 'bench/callgrind.sh --write' in the same commit as any"
     echo "# fast-path change; 'make test' runs --check when valgrind is installed."
     local m f p
@@ -129,6 +131,8 @@ salloc_figures() {
             p=$(per_call salloc "$size" pair_loop callees) || exit 2
         printf 'malloc(%s) %s\nfree(%s) %s\npair(%s) %s\n' "$size" "$m" "$size" "$f" "$size" "$p"
     done
+    f=$(per_call salloc null free incl) || exit 2
+    printf 'free(NULL) %s\n' "$f"
 }
 
 case $mode in
