@@ -56,7 +56,13 @@
  * are free but still out of their spans (span->allocated counts them), so
  * their spans stay; malloc_trim gives them back to their spans
  * (central_release_empty), and the cap is XFER_BYTES a class (one batch,
- * 64 KiB, above 1 KiB objects).
+ * 64 KiB, above 1 KiB objects).  A batch from the cache that took the
+ * class's last batch goes to the spans instead: nothing crosses threads
+ * there, its own cache keeps what it will take again, and a transfer
+ * cache would hold up to 128 KiB more of the class idle.  In bench's
+ * sizemix/live=100000 (one thread; 15% of its objects above 256 bytes)
+ * that was 0.9 MiB of a 39.6 MiB peak, for 1.6% more instructions (the
+ * batches' pagemap lookups and bits).
  *
  * Batches travel as arrays in stack order (central.h): objs[n - 1] is the
  * most recently freed, and the first handed out again.
@@ -99,6 +105,7 @@ struct central {
     void **xfer;          /* its transfer cache's slots (xfer_store); NULL until used */
     unsigned xfer_cap;    /* how many */
     unsigned nxfer;       /* objects in it: xfer[0, nxfer), the last the most recent */
+    const uint32_t *last_taker; /* central_owner.gen of the last batch taken */
 } SA_ALIGNED(SA_CACHELINE);
 
 /* Statically initialised (a GNU range initialiser) so that the very first
@@ -285,6 +292,7 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
     unsigned nobjs = sizeclass_objects(cls), pos = want; /* out[pos, want) is filled */
 
     sa_lock(&c->lock);
+    c->last_taker = owner.gen;
     if (c->nxfer) {
         unsigned k = c->nxfer < want ? c->nxfer : want;
         c->nxfer -= k;
@@ -429,14 +437,15 @@ static void return_to_spans(struct central *c, unsigned cls, void *const *objs, 
         return_run(c, &r);
 }
 
-void central_free_batch(unsigned cls, void *const *objs, unsigned n)
+void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver)
 {
     struct central *c = central_of(cls);
     sa_lock(&c->lock);
     /* What fits in the transfer cache, the most recent first; the rest
-     * to the spans. */
+     * to the spans.  Nothing from the class's last taker: it would take
+     * its own objects back, which its cache did for it already. */
     void **xfer = xfer_slots(c, cls);
-    unsigned keep = c->xfer_cap - c->nxfer;
+    unsigned keep = giver && giver == c->last_taker ? 0 : c->xfer_cap - c->nxfer;
     if (keep > n)
         keep = n;
     memcpy(xfer + c->nxfer, objs + n - keep, keep * sizeof(void *));

@@ -35,8 +35,9 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                              void **out);
 
 /* Gives back objs[0, n) of class `cls`, stack order (objs[n - 1] the most
- * recently freed). */
-void central_free_batch(unsigned cls, void *const *objs, unsigned n);
+ * recently freed).  `giver`: the giving cache's generation word (its
+ * central_owner.gen when it takes), or NULL for no cache. */
+void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver);
 
 /* Gives back `n` objects of class `cls` chained from `head` through word 0
  * (remote frees and owner inboxes, tcache.c), to their spans. */

@@ -75,7 +75,7 @@ static inline __attribute__((always_inline)) unsigned put_proxy(struct tcache *t
     if (tc)
         tcache_put(tc, cls, proxy);
     else
-        central_free_batch(cls, &proxy, 1);
+        central_free_batch(cls, &proxy, 1, NULL);
     return cls;
 }
 
@@ -348,7 +348,7 @@ SA_SLOW_PATH static void free_slow_not_null(void *p, unsigned cls)
     }
     struct tcache *tc = init_thread_cache();
     if (!tc) {
-        central_free_batch(cls, &p, 1);
+        central_free_batch(cls, &p, 1, NULL);
         return;
     }
     tcache_put(tc, cls, p);

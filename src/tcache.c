@@ -235,7 +235,7 @@ static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
         return;
     bin->top -= n;
     tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the stack, not popped */
-    central_free_batch(cls, bin->top, n);
+    central_free_batch(cls, bin->top, n, &tc->incarnation);
 }
 
 /* The live cache that owns the span of `obj` (a small object out of its

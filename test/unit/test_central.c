@@ -41,7 +41,7 @@ static void take(unsigned cls, unsigned n, void **out)
 /* Gives back objs[0, n), freed in that order (objs[n - 1] the last). */
 static void give(unsigned cls, unsigned n, void **objs)
 {
-    central_free_batch(cls, objs, n);
+    central_free_batch(cls, objs, n, NULL);
 }
 
 /* Gives back objs[0, n) as a chain from objs[0] (a remote free's). */
@@ -300,6 +300,45 @@ static void test_central_keeps_a_batch_given_back(void **state)
     pageheap_check();
     free(objs);
     free(again);
+}
+
+/* A batch given back by the cache that took the class's last batch goes
+ * back to its spans, not to the transfer cache; another cache's batch is
+ * kept there, for the next taker. */
+static void test_central_last_takers_batch_skips_the_transfer_cache(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
+    assert_true(central_xfer_capacity(cls) >= batch);
+    central_release_empty(); /* no objects kept by an earlier test */
+    uint32_t gen_a = 1, gen_b = 1;
+    struct central_owner a = {&gen_a, gen_a, 0};
+    void **objs = malloc(batch * sizeof(void *));
+    struct central_stats before, after;
+    central_get_stats(cls, &before);
+
+    take_as(a, cls, batch, objs);
+    central_free_batch(cls, objs, batch, &gen_a);
+    for (unsigned i = 0; i < batch; i++)
+        assert_true(back_in_its_span(cls, objs[i]));
+    central_get_stats(cls, &after);
+    assert_int_equal(after.allocated, before.allocated);
+    central_check(cls);
+
+    take_as(a, cls, batch, objs);
+    central_free_batch(cls, objs, batch, &gen_b);
+    for (unsigned i = 0; i < batch; i++) {
+        const void *start;
+        assert_false(back_in_its_span(cls, objs[i]));
+        assert_int_equal(central_object_state(cls, objs[i], &start), OBJECT_FREE);
+    }
+    central_check(cls);
+    central_release_empty();
+    for (unsigned i = 0; i < batch; i++)
+        assert_true(back_in_its_span(cls, objs[i]));
+    central_check(cls);
+    pageheap_check();
+    free(objs);
 }
 
 /* A class's transfer cache holds at most central_xfer_capacity() objects:
@@ -596,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_central_reuses_returned_objects),
         cmocka_unit_test(test_central_fresh_span_goes_out_ascending),
         cmocka_unit_test(test_central_keeps_a_batch_given_back),
+        cmocka_unit_test(test_central_last_takers_batch_skips_the_transfer_cache),
         cmocka_unit_test(test_central_transfer_cache_is_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_transfer_cache),
         cmocka_unit_test(test_central_big_classes_keep_one_batch),
