@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include "central.h"
 #include "conf.h"
 #include "log.h"
 #include "os.h"
@@ -52,8 +53,9 @@ uint64_t background_interval_ns(long decay_ms)
 /* One pass of everything that decays on a timer. */
 static void decay_pass(void)
 {
-    pageheap_decay();
     uint64_t now = os_now_ns();
+    central_decay(now); /* first: spans it gives back decay with the page heap's */
+    pageheap_decay();
     sampled_pages_decay(now);
     prof_decay_spares(now);
 }

@@ -21,6 +21,17 @@
  * except that one such empty span per class is kept, so a program
  * hovering at a span boundary does not map and unmap it on every batch.
  *
+ * Decay (central_decay).  What a class keeps that nobody uses goes back,
+ * as the page heap's free pages do: each class's time is cut into windows
+ * of at least the decay time (closed by the first look after that), and
+ * a kept empty span that no batch used in a whole window goes to the page
+ * heap (whose decay then purges it), as do the transfer cache's objects
+ * that no batch taken reached in it (the fewest it held, its oldest) to
+ * their spans: between one and two decay times after their last use.  No
+ * clock is read when a span is kept: only a flag is set.  Without decay a
+ * program that once used a class kept its empty span and transfer cache
+ * resident until malloc_trim: up to 512 KiB a class.
+ *
  * Span affinity.  Objects of one cache line handed to two threads make
  * both threads' writes fight over the line (false sharing): it happens
  * when one thread's freed objects (a cross-thread free, or a cache flushed
@@ -106,6 +117,11 @@ struct central {
     unsigned xfer_cap;    /* how many */
     unsigned nxfer;       /* objects in it: xfer[0, nxfer), the last the most recent */
     const uint32_t *last_taker; /* central_owner.gen of the last batch taken */
+    /* Decay (above): a window of at least a decay time, from the last
+     * look that closed one, in which... */
+    uint64_t window_since;
+    unsigned xfer_low;    /* ...the transfer cache held xfer[0, xfer_low) throughout */
+    bool empty_used;      /* ...a span was kept empty */
 } SA_ALIGNED(SA_CACHELINE);
 
 /* Statically initialised (a GNU range initialiser) so that the very first
@@ -297,6 +313,8 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
         unsigned k = c->nxfer < want ? c->nxfer : want;
         c->nxfer -= k;
         memcpy(out + want - k, c->xfer + c->nxfer, k * sizeof(void *));
+        if (c->nxfer < c->xfer_low)
+            c->xfer_low = c->nxfer;
         pos -= k;
     }
     while (pos > 0) {
@@ -336,6 +354,7 @@ static void span_emptied(struct central *c, struct span *s)
     partial_remove(c, s);
     struct span *old = c->empty;
     c->empty = s;
+    c->empty_used = true;
     if (old) {
         c->spans--;
         pageheap_free(old);
@@ -483,7 +502,59 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
 static void xfer_drain(struct central *c, unsigned cls)
 {
     return_to_spans(c, cls, c->xfer, c->nxfer);
-    c->nxfer = 0;
+    c->nxfer = c->xfer_low = 0;
+}
+
+/* Under the lock: once a window of `decay_ns` or more has passed, gives
+ * back what the class kept unused all through it (Decay, above), and
+ * starts the next. */
+static void decay_class(struct central *c, unsigned cls, uint64_t now, uint64_t decay_ns)
+{
+    if (now - c->window_since < decay_ns)
+        return;
+    struct span *s = c->empty;
+    if (s && !c->empty_used) {
+        c->empty = NULL;
+        c->spans--;
+        pageheap_free(s);
+    }
+    /* xfer[0, low) stayed through the window: the oldest.  Spans they
+     * empty are kept for the next window. */
+    unsigned low = c->xfer_low < c->nxfer ? c->xfer_low : c->nxfer;
+    c->empty_used = false;
+    if (low) {
+        return_to_spans(c, cls, c->xfer, low);
+        c->nxfer -= low;
+        memmove(c->xfer, c->xfer + low, c->nxfer * sizeof(void *));
+    }
+    c->xfer_low = c->nxfer;
+    c->window_since = now;
+}
+
+static uint64_t next_decay_check; /* atomic */
+
+void central_decay(uint64_t now)
+{
+    long decay_ms = pageheap_decay_ms();
+    if (decay_ms < 0) /* purged only on request (malloc_trim, arena.<i>.purge) */
+        return;
+    uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
+    uint64_t step = pageheap_decay_step_ns(decay_ns);
+    uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
+    /* One thread a step looks; a check scheduled further out than a step
+     * was scheduled under a longer decay time: now. */
+    if ((now < next && next - now <= step) ||
+        !__atomic_compare_exchange_n(&next_decay_check, &next, now + step, false,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
+        /* Each lock once a step (a second at most): a few microseconds. */
+        struct central *c = central_of(cls);
+        sa_lock(&c->lock);
+        decay_class(c, cls, now, decay_ns);
+        sa_unlock(&c->lock);
+        debug_check(cls);
+    }
 }
 
 void central_release_empty(void)

@@ -63,6 +63,13 @@ unsigned central_xfer_store_slots(void);
  * empty span back to the page heap (malloc_trim). */
 void central_release_empty(void);
 
+/* At most once a decay step (pageheap_decay_step_ns), whoever calls it:
+ * gives back each class's kept empty span idle for the decay time
+ * (dirty_decay_ms) to the page heap, and the objects its transfer cache
+ * held through that time to their spans.  `now`: os_now_ns().  Takes the
+ * class locks in turn: call it holding none. */
+void central_decay(uint64_t now);
+
 /* For the small object `obj`: the bytes of its span not holding a live
  * object (free objects, the transfer cache's and those never handed out
  * included, the tail) and how many objects are out.  False if `obj` is not in a

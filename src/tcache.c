@@ -47,6 +47,8 @@
 #include "lock.h"
 #include "log.h"
 #include "meta.h"
+#include "os.h"
+#include "pageheap.h"
 #include "pagemap.h"
 #include "span.h"
 
@@ -415,7 +417,13 @@ uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
 /* Every TCACHE_BUDGET_CHECK slow events: over budget, halve every stack. */
 static void enforce_budget(struct tcache *tc)
 {
-    if (++tc->events % TCACHE_BUDGET_CHECK || tcache_cached_bytes(tc) <= TCACHE_BUDGET)
+    if (++tc->events % TCACHE_BUDGET_CHECK)
+        return;
+    /* The central lists' decay rides on the same count: a clock read
+     * every TCACHE_BUDGET_CHECK slow events, no lock held. */
+    if (!pageheap_decay_in_background())
+        central_decay(os_now_ns());
+    if (tcache_cached_bytes(tc) <= TCACHE_BUDGET)
         return;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];

@@ -8,6 +8,8 @@
  *   idle     32 MiB of large blocks freed, then no allocation at all for a
  *            while: the thread hands their pages back; without it they
  *            stay (the control that shows the scenario measures something)
+ *   idle_small  the same with blocks of four small classes whose spans
+ *            hold two: the central lists' kept empty spans go back too
  *   toggle   mallctl starts and stops the thread; its statistics follow
  *   fork     a child of fork() runs without the thread, can start its own,
  *            and the parent's keeps running
@@ -144,6 +146,47 @@ static int scenario_idle(void)
     return 0;
 }
 
+/* Small blocks of four classes of two-object spans (20 to 36 KiB), eight
+ * of each: each class keeps an empty span once they are freed. */
+#define SMALL_BLOCKS 32
+
+static size_t small_size(int i) { return (size_t)20000 + (size_t)(i % 4) * 5000; }
+
+/* The 4 KiB pages the blocks touch that are resident (a page two blocks
+ * share counts twice). */
+static size_t resident_small(void *const *blocks)
+{
+    size_t n = 0;
+    static unsigned char v[16];
+    for (int i = 0; i < SMALL_BLOCKS; i++) {
+        uintptr_t lo = (uintptr_t)blocks[i] & ~(uintptr_t)4095;
+        uintptr_t hi = ((uintptr_t)blocks[i] + small_size(i) + 4095) & ~(uintptr_t)4095;
+        check(mincore((void *)lo, hi - lo, v) == 0, "mincore");
+        for (size_t k = 0; k < (hi - lo) / 4096; k++)
+            n += v[k] & 1;
+    }
+    return n;
+}
+
+static int scenario_idle_small(void)
+{
+    void *blocks[SMALL_BLOCKS];
+    for (int i = 0; i < SMALL_BLOCKS; i++) {
+        blocks[i] = malloc(small_size(i));
+        check(blocks[i] != NULL, "malloc");
+        memset(blocks[i], 1, small_size(i));
+    }
+    size_t before = resident_small(blocks);
+    for (int i = 0; i < SMALL_BLOCKS; i++)
+        free(blocks[i]);
+    /* From the thread's cache to the central lists: the blocks' spans
+     * empty, and each class keeps one. */
+    check(ctl()("thread.tcache.flush", NULL, NULL, NULL, 0) == 0, "thread.tcache.flush");
+    usleep(1000 * 1000);
+    printf("resident %zu of %zu\n", resident_small(blocks), before);
+    return 0;
+}
+
 static int scenario_toggle(void)
 {
     mallctl_fn *m = ctl();
@@ -250,13 +293,36 @@ static void run(const char *scenario, const char *conf, struct child_outcome *o)
     assert_int_equal(o->status, 0);
 }
 
-static void idle_resident(const char *conf, size_t *resident, size_t *pages)
+static void idle_resident_of(const char *scenario, const char *conf, size_t *resident,
+                             size_t *pages)
 {
     struct child_outcome o;
-    run("idle", conf, &o);
+    run(scenario, conf, &o);
     assert_int_equal(sscanf(o.out, "resident %zu of %zu", resident, pages), 2);
-    fprintf(stderr, "# %s: %zu of %zu freed pages resident after 1 s idle\n", conf, *resident,
-            *pages);
+    fprintf(stderr, "# %s %s: %zu of %zu freed pages resident after 1 s idle\n", scenario, conf,
+            *resident, *pages);
+}
+
+static void idle_resident(const char *conf, size_t *resident, size_t *pages)
+{
+    idle_resident_of("idle", conf, resident, pages);
+}
+
+/* Small blocks' spans the central lists kept empty go back to the page
+ * heap after the decay time, and from there to the kernel: with one
+ * span kept in each of the four classes, 8 of the 32 blocks would stay. */
+static void test_background_thread_purges_central_lists_while_idle(void **state)
+{
+    (void)state;
+    size_t resident, pages;
+    idle_resident_of("idle_small", "dirty_decay_ms:100,background_thread:true", &resident,
+                     &pages);
+    assert_true(resident <= pages / 20);
+    idle_resident_of("idle_small", "prof:false,dirty_decay_ms:100,background_thread:true",
+                     &resident, &pages);
+    assert_true(resident <= pages / 20);
+    idle_resident_of("idle_small", "prof:false,dirty_decay_ms:100", &resident, &pages);
+    assert_true(resident >= pages * 19 / 20);
 }
 
 static void test_background_thread_purges_while_idle(void **state)
@@ -309,6 +375,8 @@ int main(int argc, char **argv)
     if (argc == 2) {
         if (!strcmp(argv[1], "idle"))
             return scenario_idle();
+        if (!strcmp(argv[1], "idle_small"))
+            return scenario_idle_small();
         if (!strcmp(argv[1], "toggle"))
             return scenario_toggle();
         if (!strcmp(argv[1], "fork"))
@@ -319,6 +387,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_background_thread_purges_while_idle),
+        cmocka_unit_test(test_background_thread_purges_central_lists_while_idle),
         cmocka_unit_test(test_without_thread_idle_memory_stays),
         cmocka_unit_test(test_mallctl_starts_and_stops_thread),
         cmocka_unit_test(test_fork_child_runs_without_thread),

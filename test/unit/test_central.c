@@ -341,6 +341,82 @@ static void test_central_last_takers_batch_skips_the_transfer_cache(void **state
     free(objs);
 }
 
+/* central_decay: a kept empty span that no batch used for a whole window
+ * (a decay time at least, from one look to the next that closes it) goes
+ * to the page heap, one used in it stays; transfer cache objects that
+ * stayed through a window go back to their spans, those a batch taken
+ * reached in it do not.  Times are made up, from os_now_ns() on. */
+static void test_central_decay_gives_back_what_sits_unused(void **state)
+{
+    (void)state;
+    long saved = pageheap_decay_ms();
+    pageheap_set_decay_ms(1000);
+    const uint64_t decay = 1000000000u, step = pageheap_decay_step_ns(decay);
+    unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
+    central_release_empty();
+    uint32_t gen_a = 1;
+    struct central_owner a = {&gen_a, gen_a, 0};
+    struct central_stats st, kept;
+
+    /* All of a batch back from its taker: its spans empty, one is kept. */
+    void **objs = malloc(batch * sizeof(void *));
+    take_as(a, cls, batch, objs);
+    central_free_batch(cls, objs, batch, &gen_a);
+    central_get_stats(cls, &kept);
+    uint64_t t = os_now_ns() + 1000 * decay; /* past any look already scheduled */
+    central_decay(t); /* closes a window in which it was kept: stays */
+    central_decay(t + decay / 2); /* within a window: nothing */
+    central_get_stats(cls, &st);
+    assert_int_equal(st.spans, kept.spans);
+    take_as(a, cls, batch, objs); /* the kept span's objects again, and back */
+    central_free_batch(cls, objs, batch, &gen_a);
+    t += decay + step;
+    central_decay(t); /* closes a window in which it was used: stays */
+    central_get_stats(cls, &st);
+    assert_int_equal(st.spans, kept.spans);
+    central_decay(t + step / 2); /* within a step of the last look: no look */
+    t += decay + step;
+    central_decay(t); /* a whole window unused: gone */
+    central_get_stats(cls, &st);
+    assert_int_equal(st.spans, kept.spans - 1);
+    free(objs);
+
+    /* Two batches into a transfer cache (from no cache: kept), of which
+     * the next taker takes one, which comes back: at the end of the
+     * window in which they came, nothing goes; at the end of the next,
+     * the batch no taker reached. */
+    cls = sizeclass_of(512);
+    batch = sizeclass_batch(cls);
+    assert_true(central_xfer_capacity(cls) >= 2 * batch);
+    objs = malloc(2 * batch * sizeof(void *));
+    void **again = malloc(batch * sizeof(void *));
+    t += 10 * decay;
+    central_decay(t); /* a window begins, the cache empty */
+    take_as(a, cls, 2 * batch, objs);
+    central_free_batch(cls, objs, 2 * batch, NULL);
+    t += decay;
+    central_decay(t);
+    for (unsigned i = 0; i < 2 * batch; i++)
+        assert_false(back_in_its_span(cls, objs[i]));
+    take_as(a, cls, batch, again); /* the last freed: objs[batch, 2 batch) */
+    for (unsigned i = 0; i < batch; i++)
+        assert_ptr_equal(again[i], objs[2 * batch - 1 - i]);
+    central_free_batch(cls, again, batch, NULL);
+    t += decay;
+    central_decay(t);
+    for (unsigned i = 0; i < batch; i++) {
+        assert_true(back_in_its_span(cls, objs[i]));   /* stayed through */
+        assert_false(back_in_its_span(cls, again[i])); /* reached */
+    }
+    central_check(cls);
+    central_release_empty();
+    central_check(cls);
+    pageheap_check();
+    pageheap_set_decay_ms(saved);
+    free(objs);
+    free(again);
+}
+
 /* A class's transfer cache holds at most central_xfer_capacity() objects:
  * of a batch that does not fit, the last freed are kept and the rest go
  * back to their spans' own lists.  Objects come out the last kept first.
@@ -636,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_central_fresh_span_goes_out_ascending),
         cmocka_unit_test(test_central_keeps_a_batch_given_back),
         cmocka_unit_test(test_central_last_takers_batch_skips_the_transfer_cache),
+        cmocka_unit_test(test_central_decay_gives_back_what_sits_unused),
         cmocka_unit_test(test_central_transfer_cache_is_capped),
         cmocka_unit_test(test_central_owned_classes_keep_no_transfer_cache),
         cmocka_unit_test(test_central_big_classes_keep_one_batch),
