@@ -10,6 +10,9 @@
  *            stay (the control that shows the scenario measures something)
  *   idle_small  the same with blocks of four small classes whose spans
  *            hold two: the central lists' kept empty spans go back too
+ *   busy_small  idle_small's blocks, then other allocations now and then:
+ *            with no thread, the allocating thread gives the classes'
+ *            kept spans back (their span counts fall to 0)
  *   toggle   mallctl starts and stops the thread; its statistics follow
  *   fork     a child of fork() runs without the thread, can start its own,
  *            and the parent's keeps running
@@ -187,6 +190,69 @@ static int scenario_idle_small(void)
     return 0;
 }
 
+/* Rounds of `n` 1 KiB blocks allocated and freed: more than the thread's
+ * cache keeps of the class, so they are slow events of the cache
+ * (refills, overflows), where decay runs without a background thread. */
+static void busy_round(unsigned n)
+{
+    static void *busy[1024];
+    for (unsigned i = 0; i < n; i++) {
+        busy[i] = malloc(1024);
+        check(busy[i] != NULL, "malloc");
+    }
+    for (unsigned i = 0; i < n; i++)
+        free(busy[i]);
+}
+
+/* The spans of the classes of the small blocks (stats.arenas.0.bins). */
+static size_t small_block_spans(void)
+{
+    unsigned nbins = 0;
+    size_t len = sizeof nbins, spans = 0;
+    check(ctl()("arenas.nbins", &nbins, &len, NULL, 0) == 0, "arenas.nbins");
+    uint64_t e = 1;
+    check(ctl()("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+    for (unsigned j = 0; j < nbins; j++) {
+        char name[64];
+        size_t size = 0, n = 0;
+        snprintf(name, sizeof name, "arenas.bin.%u.size", j);
+        len = sizeof size;
+        check(ctl()(name, &size, &len, NULL, 0) == 0, name);
+        bool ours = false;
+        for (int i = 0; i < 4; i++)
+            ours |= size >= small_size(i) && size < small_size(i) + 2048;
+        if (!ours)
+            continue;
+        snprintf(name, sizeof name, "stats.arenas.0.bins.%u.curslabs", j);
+        len = sizeof n;
+        check(ctl()(name, &n, &len, NULL, 0) == 0, name);
+        spans += n;
+    }
+    return spans;
+}
+
+static int scenario_busy_small(void)
+{
+    void *blocks[SMALL_BLOCKS];
+    for (int i = 0; i < SMALL_BLOCKS; i++) {
+        blocks[i] = malloc(small_size(i));
+        check(blocks[i] != NULL, "malloc");
+        memset(blocks[i], 1, small_size(i));
+    }
+    for (int i = 0; i < SMALL_BLOCKS; i++)
+        free(blocks[i]);
+    check(ctl()("thread.tcache.flush", NULL, NULL, NULL, 0) == 0, "thread.tcache.flush");
+    size_t kept = small_block_spans();
+    /* A decay look closes a window, a later one gives back what that
+     * window did not use. */
+    for (int round = 0; round < 8; round++) {
+        usleep(100 * 1000);
+        busy_round(1024);
+    }
+    printf("spans %zu of %zu\n", small_block_spans(), kept);
+    return 0;
+}
+
 static int scenario_toggle(void)
 {
     mallctl_fn *m = ctl();
@@ -346,6 +412,20 @@ static void test_without_thread_idle_memory_stays(void **state)
     assert_true(resident >= pages * 19 / 20);
 }
 
+/* Without the thread, the central lists' decay runs as the program
+ * allocates (every few dozen of its cache's refills and overflows). */
+static void test_without_thread_central_lists_decay_as_the_program_allocates(void **state)
+{
+    (void)state;
+    struct child_outcome o;
+    run("busy_small", "prof:false,dirty_decay_ms:100", &o);
+    size_t spans, kept;
+    assert_int_equal(sscanf(o.out, "spans %zu of %zu", &spans, &kept), 2);
+    fprintf(stderr, "# busy_small: %zu of the %zu kept spans left\n", spans, kept);
+    assert_int_equal(kept, 4); /* one a class */
+    assert_int_equal(spans, 0);
+}
+
 static void test_mallctl_starts_and_stops_thread(void **state)
 {
     (void)state;
@@ -377,6 +457,8 @@ int main(int argc, char **argv)
             return scenario_idle();
         if (!strcmp(argv[1], "idle_small"))
             return scenario_idle_small();
+        if (!strcmp(argv[1], "busy_small"))
+            return scenario_busy_small();
         if (!strcmp(argv[1], "toggle"))
             return scenario_toggle();
         if (!strcmp(argv[1], "fork"))
@@ -389,6 +471,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_background_thread_purges_while_idle),
         cmocka_unit_test(test_background_thread_purges_central_lists_while_idle),
         cmocka_unit_test(test_without_thread_idle_memory_stays),
+        cmocka_unit_test(test_without_thread_central_lists_decay_as_the_program_allocates),
         cmocka_unit_test(test_mallctl_starts_and_stops_thread),
         cmocka_unit_test(test_fork_child_runs_without_thread),
         cmocka_unit_test(test_thread_blocks_signals),
