@@ -539,13 +539,7 @@ void central_decay(uint64_t now)
     if (decay_ms < 0) /* purged only on request (malloc_trim, arena.<i>.purge) */
         return;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
-    uint64_t step = pageheap_decay_step_ns(decay_ns);
-    uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
-    /* One thread a step looks; a check scheduled further out than a step
-     * was scheduled under a longer decay time: now. */
-    if ((now < next && next - now <= step) ||
-        !__atomic_compare_exchange_n(&next_decay_check, &next, now + step, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    if (!pageheap_decay_look_due(&next_decay_check, now, pageheap_decay_step_ns(decay_ns)))
         return;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         /* Each lock once a step (a second at most): a few microseconds. */

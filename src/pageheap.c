@@ -241,6 +241,14 @@ uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
     return decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
 }
 
+bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step)
+{
+    uint64_t next = __atomic_load_n(next_check, __ATOMIC_RELAXED);
+    return !(now < next && next - now <= step) &&
+           __atomic_compare_exchange_n(next_check, &next, now + step, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
 /* Under ph_lock: purges what has been free for a decay time, at most once
  * a decay step. */
 static void decay_locked(void)

@@ -123,6 +123,12 @@ long pageheap_decay_ms(void);
  * 1 and 1.125 decay times once freed.  The page heap, sampled_pages.c and
  * the sample shards' spares (prof.c) all use it. */
 uint64_t pageheap_decay_step_ns(uint64_t decay_ns);
+/* Whether a lock-free decay pass whose next look is due at *next_check
+ * should look now (`now`: os_now_ns()); if so, schedules the next one a
+ * `step` later.  One caller a step wins.  A look scheduled more than a
+ * step ahead was scheduled under a longer decay time: due now.  The
+ * central lists and the sample spares (prof.c) use it. */
+bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step);
 
 struct pageheap_stats {
     size_t mapped;     /* bytes obtained from the kernel for the heap */

@@ -515,13 +515,7 @@ void prof_decay_spares(uint64_t now)
     if (decay_ms <= 0) /* 0: no spares; negative: purged only by malloc_trim */
         return;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
-    uint64_t step = pageheap_decay_step_ns(decay_ns);
-    uint64_t next = __atomic_load_n(&next_spare_check, __ATOMIC_RELAXED);
-    /* A check further out than one step was scheduled under a longer
-     * decay time (dirty_decay_ms changed): do it now.  One thread wins. */
-    if ((now < next && next - now <= step) ||
-        !__atomic_compare_exchange_n(&next_spare_check, &next, now + step, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    if (!pageheap_decay_look_due(&next_spare_check, now, pageheap_decay_step_ns(decay_ns)))
         return;
     if (now > decay_ns)
         spares_purge(now - decay_ns);

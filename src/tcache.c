@@ -229,15 +229,18 @@ struct tcache *tcache_create(void)
 }
 
 /* Gives the top `n` objects of the stack of `cls` (the last freed) to the
- * central list, as they lie: no object read or written. */
-static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n)
+ * central list, as they lie: no object read or written.  `giver`: the
+ * cache's generation word while it goes on taking (central_free_batch),
+ * NULL when it is emptied for good (thread exit, malloc_trim, a flush the
+ * program asked for): its objects are then for other threads. */
+static void flush_bin(struct tcache *tc, unsigned cls, uint32_t n, const uint32_t *giver)
 {
     struct tcache_bin *bin = &tc->bins[cls];
     if (n == 0)
         return;
     bin->top -= n;
     tc->dealloc_adjust += (uint64_t)n * sizeclass_size(cls); /* left the stack, not popped */
-    central_free_batch(cls, bin->top, n, &tc->incarnation);
+    central_free_batch(cls, bin->top, n, giver);
 }
 
 /* The live cache that owns the span of `obj` (a small object out of its
@@ -354,7 +357,7 @@ void tcache_put(struct tcache *tc, unsigned cls, void *obj)
 void tcache_flush_all(struct tcache *tc)
 {
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
-        flush_bin(tc, cls, tcache_bin_count(&tc->bins[cls]));
+        flush_bin(tc, cls, tcache_bin_count(&tc->bins[cls]), NULL);
         flush_remote(tc, cls);
         inbox_drain(tc, cls);
     }
@@ -427,7 +430,7 @@ static void enforce_budget(struct tcache *tc)
         return;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
-        flush_bin(tc, cls, (tcache_bin_count(bin) + 1) / 2);
+        flush_bin(tc, cls, (tcache_bin_count(bin) + 1) / 2, &tc->incarnation);
         uint32_t batch = sizeclass_batch(cls);
         uint32_t max = tcache_bin_max(bin), half = max / 2; /* but not below a batch */
         tcache_bin_set_max(bin, half > batch ? half : max < batch ? max : batch);
@@ -524,7 +527,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
 {
     struct tcache_bin *bin = &tc->bins[cls];
     uint32_t batch = sizeclass_batch(cls), count = tcache_bin_count(bin);
-    flush_bin(tc, cls, count < batch ? count : batch);
+    flush_bin(tc, cls, count < batch ? count : batch, &tc->incarnation);
     tcache_bin_push(bin, obj); /* the flush made room */
     if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {
         tc->overflows[cls] = 0;

@@ -11,8 +11,8 @@
  *   idle_small  the same with blocks of four small classes whose spans
  *            hold two: the central lists' kept empty spans go back too
  *   busy_small  idle_small's blocks, then other allocations now and then:
- *            with no thread, the allocating thread gives the classes'
- *            kept spans back (their span counts fall to 0)
+ *            with no thread, the allocating thread gives back what the
+ *            classes keep (their span counts fall to 0)
  *   toggle   mallctl starts and stops the thread; its statistics follow
  *   fork     a child of fork() runs without the thread, can start its own,
  *            and the parent's keeps running
@@ -171,20 +171,31 @@ static size_t resident_small(void *const *blocks)
     return n;
 }
 
-static int scenario_idle_small(void)
+static void write_small_blocks(void **blocks)
 {
-    void *blocks[SMALL_BLOCKS];
     for (int i = 0; i < SMALL_BLOCKS; i++) {
         blocks[i] = malloc(small_size(i));
         check(blocks[i] != NULL, "malloc");
         memset(blocks[i], 1, small_size(i));
     }
-    size_t before = resident_small(blocks);
+}
+
+/* Frees them, and flushes them from the thread's cache to the central
+ * lists: each class keeps a batch's worth in its transfer cache, the
+ * rest go back to their spans, and of the spans that empty it keeps one. */
+static void free_small_blocks(void *const *blocks)
+{
     for (int i = 0; i < SMALL_BLOCKS; i++)
         free(blocks[i]);
-    /* From the thread's cache to the central lists: the blocks' spans
-     * empty, and each class keeps one. */
     check(ctl()("thread.tcache.flush", NULL, NULL, NULL, 0) == 0, "thread.tcache.flush");
+}
+
+static int scenario_idle_small(void)
+{
+    void *blocks[SMALL_BLOCKS];
+    write_small_blocks(blocks);
+    size_t before = resident_small(blocks);
+    free_small_blocks(blocks);
     usleep(1000 * 1000);
     printf("resident %zu of %zu\n", resident_small(blocks), before);
     return 0;
@@ -234,14 +245,8 @@ static size_t small_block_spans(void)
 static int scenario_busy_small(void)
 {
     void *blocks[SMALL_BLOCKS];
-    for (int i = 0; i < SMALL_BLOCKS; i++) {
-        blocks[i] = malloc(small_size(i));
-        check(blocks[i] != NULL, "malloc");
-        memset(blocks[i], 1, small_size(i));
-    }
-    for (int i = 0; i < SMALL_BLOCKS; i++)
-        free(blocks[i]);
-    check(ctl()("thread.tcache.flush", NULL, NULL, NULL, 0) == 0, "thread.tcache.flush");
+    write_small_blocks(blocks);
+    free_small_blocks(blocks);
     size_t kept = small_block_spans();
     /* A decay look closes a window, a later one gives back what that
      * window did not use. */
@@ -413,7 +418,9 @@ static void test_without_thread_idle_memory_stays(void **state)
 }
 
 /* Without the thread, the central lists' decay runs as the program
- * allocates (every few dozen of its cache's refills and overflows). */
+ * allocates (every few dozen of its cache's refills and overflows): the
+ * transfer caches' blocks go back to their spans, the spans to the page
+ * heap. */
 static void test_without_thread_central_lists_decay_as_the_program_allocates(void **state)
 {
     (void)state;
@@ -422,7 +429,7 @@ static void test_without_thread_central_lists_decay_as_the_program_allocates(voi
     size_t spans, kept;
     assert_int_equal(sscanf(o.out, "spans %zu of %zu", &spans, &kept), 2);
     fprintf(stderr, "# busy_small: %zu of the %zu kept spans left\n", spans, kept);
-    assert_int_equal(kept, 4); /* one a class */
+    assert_true(kept >= 4); /* a kept span a class at least */
     assert_int_equal(spans, 0);
 }
 
