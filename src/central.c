@@ -510,7 +510,9 @@ static void xfer_drain(struct central *c, unsigned cls)
  * starts the next. */
 static void decay_class(struct central *c, unsigned cls, uint64_t now, uint64_t decay_ns)
 {
-    if (now - c->window_since < decay_ns)
+    /* An earlier `now` than the window's start: a caller that read the
+     * clock before another's look; nothing is due for it. */
+    if (now < c->window_since || now - c->window_since < decay_ns)
         return;
     struct span *s = c->empty;
     if (s && !c->empty_used) {
