@@ -355,8 +355,9 @@ SA_SLOW_PATH static void free_slow_not_null(void *p, unsigned cls)
 }
 
 /* free(NULL) ends here, as programs' clean-up code and C++'s delete of a
- * null pointer make it often: 10 instructions with its entry point, where
- * the prologue and epilogue of the whole slow path made it 45 (callgrind). */
+ * null pointer make it often: 29 instructions in all, where the prologue
+ * and epilogue of the whole slow path made it 43 (callgrind;
+ * bench/fastpath.golden pins it). */
 SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 {
     if (cls == 0 && !p)
