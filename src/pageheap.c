@@ -9,6 +9,16 @@
  * says which exact buckets are non-empty, so a search is a couple of bit
  * scans.  Dirty spans are also on an LRU list, oldest first, which decay
  * walks from the head.
+ *
+ * Recent spans: a span of at most RECENT_MAX_PAGES freed while the cache
+ * holds less than RECENT_BYTES goes onto recent[npages], a stack, as it is:
+ * not merged with its neighbours, not on the lists nor the LRU.  The next
+ * request of exactly that length takes it back, skipping the merge and the
+ * split that a free and an allocation of the same span otherwise cost
+ * (see RECENT_BYTES).  The cache empties into the lists (merging as any
+ * free does) at each decay look that is due, so decay sees its spans at
+ * most a decay step late, before the heap takes clean pages while it holds
+ * dirty ones, and before a purge.  Its spans count as free and dirty.
  */
 #include "pageheap.h"
 
@@ -29,10 +39,21 @@
 /* Chunks start on 2 MiB boundaries so that huge pages can back them. */
 #define CHUNK_ALIGN ((size_t)2 << 20)
 
+/* See "Recent spans" above.  200 blocks of 4 KiB allocated and freed in a
+ * loop (100 one-page spans, each through the page heap and back) took 193
+ * instructions an operation, against 268 with every span merged on its
+ * free and split again on its allocation; 200 of 16 KiB (100 spans of 4
+ * pages) 302 against 383.  32 pages hold the longest span of a size class;
+ * 4 MiB holds those 16 KiB bursts' spans whole.  The peak resident memory
+ * of bench's sizemix did not move (taking dirty pages first keeps it so). */
+#define RECENT_MAX_PAGES 32
+#define RECENT_BYTES ((size_t)4 << 20)
+
 static sa_lock_t ph_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PAGEHEAP);
 static struct span *free_lists[2][NBUCKETS];
 static uint64_t nonempty[2][NBUCKETS / 64];
 static struct span *lru_head, *lru_tail;
+static struct span *recent[RECENT_MAX_PAGES + 1];
 static struct span *spares;
 static struct pageheap_stats stats;
 static long decay_ms = 10000;
@@ -134,7 +155,7 @@ static void register_ends(struct span *s)
 static struct span *free_neighbour(const struct span *s, bool before)
 {
     struct span *n = pagemap_span((void *)(before ? s->start - 1 : span_end(s)));
-    if (!n || n == s || span_state(n) != SPAN_FREE || n->dirty != s->dirty)
+    if (!n || n == s || span_state(n) != SPAN_FREE || n->recent || n->dirty != s->dirty)
         return NULL;
     if (before ? span_end(n) != s->start : n->start != span_end(s))
         return NULL;
@@ -158,6 +179,58 @@ static void insert_coalesced(struct span *s)
     }
     register_ends(s);
     list_insert(s);
+}
+
+/* Keeps dirty free span `s` (on no list) in the recent cache if it fits. */
+static bool recent_push(struct span *s)
+{
+    size_t bytes = s->npages << SA_PAGE_SHIFT;
+    if (s->npages > RECENT_MAX_PAGES || stats.recent + bytes > RECENT_BYTES)
+        return false;
+    struct span **head = &recent[s->npages];
+    register_ends(s); /* a tail split off by pageheap_shrink has none yet */
+    s->recent = 1;
+    s->prev = NULL;
+    s->next = *head;
+    if (*head)
+        (*head)->prev = s;
+    *head = s;
+    stats.recent += bytes;
+    stat_free_add(s, 1);
+    return true;
+}
+
+/* Takes recent span `s` off the cache (it is then on no list). */
+static void recent_remove(struct span *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        recent[s->npages] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->recent = 0;
+    stats.recent -= s->npages << SA_PAGE_SHIFT;
+    stat_free_add(s, -1);
+}
+
+/* A recent span of exactly `npages`, taken off the cache, or NULL. */
+static struct span *recent_pop(size_t npages)
+{
+    struct span *s = npages <= RECENT_MAX_PAGES ? recent[npages] : NULL;
+    if (s)
+        recent_remove(s);
+    return s;
+}
+
+/* Files every recent span in the lists, merged with its free neighbours. */
+static void recent_flush(void)
+{
+    for (size_t n = 1; stats.recent && n <= RECENT_MAX_PAGES; n++) {
+        struct span *s;
+        while ((s = recent_pop(n)))
+            insert_coalesced(s);
+    }
 }
 
 /* ---- transparent huge pages (opt.thp) ----
@@ -249,34 +322,44 @@ bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step)
                                        __ATOMIC_RELAXED);
 }
 
-/* Under ph_lock: purges what has been free for a decay time, at most once
- * a decay step. */
-static void decay_locked(void)
+/* Under ph_lock: purges what has been free for a decay time at `now`, at
+ * most once a decay step. */
+static void decay_locked(uint64_t now)
 {
-    if (decay_ms < 0 || !lru_head)
+    if (decay_ms < 0)
         return;
-    uint64_t now = os_now_ns(), decay_ns = (uint64_t)decay_ms * 1000000u;
+    uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
     if (now < next_decay_check)
         return;
     next_decay_check = now + pageheap_decay_step_ns(decay_ns);
+    recent_flush();
     while (lru_head && lru_head->freed_at + decay_ns <= now && purge_locked(lru_head))
         ;
 }
 
 /* Under ph_lock, as the page heap is used: decay, unless the background
- * thread runs it (background.h). */
+ * thread runs it (background.h).  A free passes on the clock reading it
+ * took for its span's time: one read a free, not two (the second was 4%
+ * of the instructions of 200 4 KiB blocks allocated and freed in a loop,
+ * recent spans and all). */
 bool pageheap_background_decay;
 
-static void maybe_decay(void)
+static void maybe_decay(uint64_t now)
 {
     if (!pageheap_decay_in_background())
-        decay_locked();
+        decay_locked(now);
+}
+
+static void maybe_decay_on_alloc(void)
+{
+    if ((lru_head || stats.recent) && !pageheap_decay_in_background())
+        decay_locked(os_now_ns());
 }
 
 void pageheap_decay(void)
 {
     sa_lock(&ph_lock);
-    decay_locked();
+    decay_locked(os_now_ns());
     sa_unlock(&ph_lock);
 }
 
@@ -284,7 +367,7 @@ void pageheap_decay_now(void)
 {
     sa_lock(&ph_lock);
     next_decay_check = 0;
-    decay_locked();
+    decay_locked(os_now_ns());
     sa_unlock(&ph_lock);
 }
 
@@ -412,11 +495,19 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
         return NULL;
     }
     sa_lock(&ph_lock);
-    struct span *s = find_free(npages + align_pages - 1);
-    if (s)
-        list_remove(s);
-    else
-        s = grow(npages, align_pages);
+    struct span *s = align_pages <= 1 ? recent_pop(npages) : NULL;
+    if (!s) {
+        s = find_free(npages + align_pages - 1);
+        if ((!s || !s->dirty) && stats.recent) {
+            /* Not clean pages while the cache holds dirty ones. */
+            recent_flush();
+            s = find_free(npages + align_pages - 1);
+        }
+        if (s)
+            list_remove(s);
+        else
+            s = grow(npages, align_pages);
+    }
     if (!s || !carve(s, npages, align_pages)) {
         sa_unlock(&ph_lock);
         errno = ENOMEM;
@@ -442,7 +533,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
         register_ends(s);
         stats.large += npages << SA_PAGE_SHIFT;
     }
-    maybe_decay();
+    maybe_decay_on_alloc();
     sa_unlock(&ph_lock);
     debug_check();
     return s;
@@ -462,12 +553,16 @@ static void free_locked(struct span *s)
     }
     s->state = SPAN_FREE;
     s->dirty = 1;
-    s->freed_at = os_now_ns();
-    insert_coalesced(s);
-    if (decay_ms == 0)
+    uint64_t now = os_now_ns();
+    s->freed_at = now;
+    if (decay_ms == 0) {
+        insert_coalesced(s);
         purge_locked(s);
-    else
-        maybe_decay();
+        return;
+    }
+    if (!recent_push(s))
+        insert_coalesced(s);
+    maybe_decay(now);
 }
 
 void pageheap_free(struct span *s)
@@ -514,12 +609,15 @@ bool pageheap_grow_in_place(struct span *s, size_t npages)
     bool ok = n && n != s && span_state(n) == SPAN_FREE && n->start == span_end(s) &&
               n->npages >= take;
     if (ok) {
-        list_remove(n);
+        if (n->recent)
+            recent_remove(n);
+        else
+            list_remove(n);
         if (n->npages > take) {
+            /* Merged: a recent span's neighbours may be free. */
             n->start += take << SA_PAGE_SHIFT;
             n->npages -= take;
-            register_ends(n);
-            list_insert(n);
+            insert_coalesced(n);
         } else {
             record_release(n);
         }
@@ -586,6 +684,7 @@ size_t pageheap_purge(void)
 {
     sa_lock(&ph_lock);
     size_t before = stats.purged;
+    recent_flush();
     while (lru_head && purge_locked(lru_head))
         ;
     size_t purged = stats.purged - before;
@@ -598,6 +697,7 @@ void pageheap_set_decay_ms(long ms)
     sa_lock(&ph_lock);
     decay_ms = ms;
     next_decay_check = 0;
+    recent_flush(); /* under 0, every free purges at once: none may wait */
     sa_unlock(&ph_lock);
 }
 
@@ -640,6 +740,18 @@ void pageheap_check(void)
             for (struct span *s = free_lists[dirty][b]; s; s = s->next)
                 check_span(s, dirty, b, &bytes[dirty]);
         }
+    size_t in_recent = 0;
+    for (size_t n = 1; n <= RECENT_MAX_PAGES; n++)
+        for (struct span *s = recent[n]; s; s = s->next) {
+            if (s->state != SPAN_FREE || !s->dirty || !s->recent || s->npages != n ||
+                pagemap_span((void *)s->start) != s || (s->next && s->next->prev != s) ||
+                pagemap_class_of((void *)s->start))
+                sa_fatal("pageheap: recent span %p misfiled", (void *)s->start);
+            in_recent += n << SA_PAGE_SHIFT;
+        }
+    if (in_recent != stats.recent)
+        sa_fatal("pageheap: recent spans hold %zu bytes, counted %zu", in_recent, stats.recent);
+    bytes[1] += in_recent;
     uint64_t last = 0;
     for (struct span *s = lru_head; s; s = s->lru_next) {
         if (!s->dirty || s->freed_at < last)
@@ -647,7 +759,8 @@ void pageheap_check(void)
         last = s->freed_at;
         lru += s->npages << SA_PAGE_SHIFT;
     }
-    if (bytes[0] != stats.free_clean || bytes[1] != stats.free_dirty || lru != bytes[1])
+    if (bytes[0] != stats.free_clean || bytes[1] != stats.free_dirty ||
+        lru + in_recent != bytes[1])
         sa_fatal("pageheap: free byte counts disagree (clean %zu/%zu dirty %zu/%zu lru %zu)",
                  bytes[0], stats.free_clean, bytes[1], stats.free_dirty, lru);
     if (stats.free_clean + stats.free_dirty + stats.small + stats.large != stats.mapped)

@@ -133,6 +133,7 @@ bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step);
 struct pageheap_stats {
     size_t mapped;     /* bytes obtained from the kernel for the heap */
     size_t free_dirty; /* bytes in free spans, possibly resident */
+    size_t recent;     /* of those, bytes in recent spans, not yet merged */
     size_t free_clean; /* bytes in free spans, purged */
     size_t large;      /* bytes in live large spans */
     size_t small;      /* bytes in small spans */

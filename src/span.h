@@ -61,6 +61,8 @@ struct span {
     uint8_t dirty;       /* free: pages may be resident (not purged) */
     uint8_t on_list;     /* small: on its central list's partial list */
     uint8_t owner_tag;   /* small: the owner tag its pages carry (pagemap.h) */
+    uint8_t recent;      /* free: in the page heap's cache of recent spans,
+                          * not in its lists (pageheap.c) */
     uint16_t allocated;  /* small: objects out of the span (thread caches,
                           * transfer cache, the program) */
     uint16_t carved;     /* small: 1 + the highest object index ever handed

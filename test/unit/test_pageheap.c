@@ -1,6 +1,7 @@
 /*
  * test_pageheap.c: spans: alignment, split, coalesce, purge and decay,
- * out-of-memory, and the heap's invariants after each.
+ * out-of-memory, the cache of recent spans, and the heap's invariants
+ * after each.
  */
 #include <errno.h>
 #include <sys/mman.h>
@@ -139,8 +140,13 @@ static void test_pageheap_decay(void **state)
     s = pageheap_alloc(100, 1, 0, NULL);
     memset((void *)s->start, 1, 100 * SA_PAGE_SIZE);
     pageheap_free(s);
+    /* A short span waits in the recent cache: decay reaches it too. */
+    struct span *r = pageheap_alloc(2, 1, 0, NULL);
+    memset((void *)r->start, 1, 2 * SA_PAGE_SIZE);
+    pageheap_free(r);
     pageheap_get_stats(&st);
-    assert_true(st.free_dirty >= 100 * SA_PAGE_SIZE);
+    assert_true(st.free_dirty >= 100 * SA_PAGE_SIZE); /* r may be cut from s */
+    assert_true(st.recent >= 2 * SA_PAGE_SIZE);
     struct timespec nap = {0, 200 * 1000 * 1000};
     nanosleep(&nap, NULL);
     pageheap_free(pageheap_alloc(1, 1, 0, NULL)); /* any heap activity decays */
@@ -240,6 +246,96 @@ static void test_pageheap_transparent_huge_pages(void **state)
     pageheap_set_decay_ms(saved);
 }
 
+/* A span of a few pages, freed, waits unmerged in the recent cache and is
+ * the next of its length handed out; a purge merges and purges it. */
+static void test_pageheap_recent_spans_come_back_unmerged(void **state)
+{
+    (void)state;
+    struct pageheap_stats st;
+    pageheap_purge();     /* every free span clean, the cache empty */
+    pageheap_decay_now(); /* and no decay look due (it would file the cache) */
+    struct span *s = pageheap_alloc(8, 1, 0, NULL);
+    assert_non_null(s);
+    uintptr_t start = s->start;
+    memset((void *)start, 1, 8 * SA_PAGE_SIZE);
+    pageheap_shrink(s, 4); /* pages 4..7 freed */
+    pageheap_free(s);      /* pages 0..3 freed next to them */
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 8 * SA_PAGE_SIZE);
+    assert_true(st.free_dirty >= 8 * SA_PAGE_SIZE);
+    struct span *f = free_span_covering(start);
+    assert_non_null(f);
+    assert_int_equal(f->start, start);
+    assert_int_equal(f->npages, 4); /* not merged with pages 4..7 */
+
+    struct span *a = pageheap_alloc(4, 1, 0, NULL), *b = pageheap_alloc(4, 1, 0, NULL);
+    bool zeroed = true;
+    assert_int_equal(a->start, start); /* the last freed first */
+    struct span *c = pageheap_alloc(4, 1, 0, &zeroed);
+    pageheap_free(c);
+    assert_int_equal(b->start, start + 4 * SA_PAGE_SIZE);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 4 * SA_PAGE_SIZE); /* c's */
+    pageheap_check();
+
+    pageheap_free(b);
+    pageheap_free(a);
+    pageheap_purge();
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 0);
+    assert_int_equal(st.free_dirty, 0);
+    f = free_span_covering(start);
+    assert_non_null(f);
+    assert_true(f->start <= start && span_end(f) >= start + 8 * SA_PAGE_SIZE); /* merged */
+}
+
+/* The heap takes no clean pages while the cache holds dirty ones: it
+ * files them first, merged, where the search can find them. */
+static void test_pageheap_recent_spans_go_first_to_the_lists(void **state)
+{
+    (void)state;
+    struct pageheap_stats st;
+    pageheap_purge();
+    pageheap_decay_now();
+    struct span *s = pageheap_alloc(3, 1, 0, NULL);
+    memset((void *)s->start, 1, 3 * SA_PAGE_SIZE);
+    pageheap_free(s);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 3 * SA_PAGE_SIZE);
+    bool zeroed = true;
+    struct span *t = pageheap_alloc(5, 1, 0, &zeroed); /* no dirty span fits */
+    assert_non_null(t);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 0);
+    assert_int_equal(st.free_dirty, 3 * SA_PAGE_SIZE);
+    pageheap_free(t);
+}
+
+/* Growing in place takes a recent span after the allocation, and files
+ * what it leaves of it merged with whatever free span follows. */
+static void test_pageheap_grow_in_place_into_recent_span(void **state)
+{
+    (void)state;
+    struct pageheap_stats st;
+    pageheap_purge();
+    pageheap_decay_now();
+    struct span *s = pageheap_alloc(8, 1, 0, NULL);
+    assert_non_null(s);
+    pageheap_shrink(s, 4);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 4 * SA_PAGE_SIZE);
+    assert_true(pageheap_grow_in_place(s, 6));
+    assert_int_equal(s->npages, 6);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.recent, 0);
+    struct span *rest = free_span_covering(span_end(s));
+    assert_non_null(rest);
+    assert_int_equal(rest->start, span_end(s));
+    assert_true(rest->npages >= 2);
+    pageheap_check();
+    pageheap_free(s);
+}
+
 static void *failing_mmap(void *a, size_t l, int p, int f, int fd, off_t o)
 {
     (void)a, (void)l, (void)p, (void)f, (void)fd, (void)o;
@@ -283,6 +379,9 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_stops_at_free_neighbour, check_after),
         cmocka_unit_test_teardown(test_pageheap_purge_releases_everything_dirty, check_after),
         cmocka_unit_test_teardown(test_pageheap_decay, check_after),
+        cmocka_unit_test_teardown(test_pageheap_recent_spans_come_back_unmerged, check_after),
+        cmocka_unit_test_teardown(test_pageheap_recent_spans_go_first_to_the_lists, check_after),
+        cmocka_unit_test_teardown(test_pageheap_grow_in_place_into_recent_span, check_after),
         cmocka_unit_test_teardown(test_pageheap_out_of_memory, check_after),
     };
     return cmocka_run_group_tests_name("pageheap", tests, NULL, NULL);
