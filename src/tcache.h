@@ -145,6 +145,10 @@ static inline uint32_t tcache_inbox_count(uint64_t word)
 #define TCACHE_SMALL_SLOTS 8
 #define TCACHE_MID_SLOTS 64
 
+/* What the stacks of classes above 1 KiB may hold beyond their caps in
+ * bursts (tcache.c), all of a cache's together: tc->burst_bytes. */
+#define TCACHE_BURST_BYTES ((size_t)4 << 20)
+
 struct tcache {
     struct tcache_bin bins[SA_NUM_CLASSES];
     /* Bytes the thread may still allocate before the next sample is due.
@@ -164,6 +168,11 @@ struct tcache {
     uint32_t events;                      /* refills + overflows, for budget checks */
 
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
+    /* `events` at each class's last refill, and at its last refill or
+     * overflow: bursts of big classes (tcache.c). */
+    uint32_t refill_event[SA_NUM_CLASSES];
+    uint32_t active_event[SA_NUM_CLASSES];
+    size_t burst_bytes; /* what bursts grew the stacks by, in bytes beyond their caps */
     uint8_t slots_tier[SA_NUM_CLASSES];   /* where each stack's slots are (tcache.c) */
     struct tcache_remote remote[SA_NUM_CLASSES];
     struct tcache *next, *prev;           /* registry, under its lock */

@@ -120,10 +120,20 @@ static void test_tcache_whole_cache_budget(void **state)
     free(objs);
 }
 
+/* A slow event of another class than `cls` (an overflow, forced): whatever
+ * the thread does between two allocations of a class it takes among
+ * others. */
+static void other_class_event(struct tcache *tc, unsigned cls)
+{
+    unsigned other = cls == sizeclass_of(64) ? sizeclass_of(80) : sizeclass_of(64);
+    tcache_overflow(tc, other, cache_malloc(tc, other));
+}
+
 /* A stack's max grows with its refills up to its class's cap: 256 KiB worth
  * of objects up to 1 KiB, but only 64 KiB (a batch) of bigger ones, which
- * a program takes few of at a time and which would otherwise sit idle in
- * every thread's cache. */
+ * a program takes few of at a time among others (here another class's
+ * slow event between any two allocations), and which would otherwise sit
+ * idle in every thread's cache. */
 static void test_tcache_big_classes_cache_a_batch(void **state)
 {
     (void)state;
@@ -134,14 +144,17 @@ static void test_tcache_big_classes_cache_a_batch(void **state)
     for (unsigned k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         unsigned cls = sizeclass_of(sizes[k]);
         size_t size = sizeclass_size(cls), batch = sizeclass_batch(cls);
-        for (unsigned i = 0; i < N; i++)
+        for (unsigned i = 0; i < N; i++) {
             objs[i] = cache_malloc(tc, cls);
+            other_class_event(tc, cls);
+        }
         size_t max = tcache_bin_max(&tc->bins[cls]);
         assert_int_equal(max, tcache_class_cap(cls));
         if (size <= 1024)
             assert_true(max * size >= (size_t)200 << 10);
         else
             assert_true(max * size <= (size_t)64 << 10 || max == batch);
+        assert_int_equal(tc->burst_bytes, 0);
         for (unsigned i = 0; i < N; i++) {
             cache_free(tc, objs[i]);
             assert_true(tcache_bin_count(&tc->bins[cls]) <= tcache_class_cap(cls));
@@ -150,6 +163,67 @@ static void test_tcache_big_classes_cache_a_batch(void **state)
     }
     tcache_destroy(tc);
     free(objs);
+}
+
+/* A big class taken in bulk (its refills one right after another, no other
+ * slow event in between: 200 blocks of 4 KiB allocated, then freed) grows
+ * past its cap, so that the stack takes the whole burst back and the next
+ * burst needs no refill at all; within TCACHE_BURST_BYTES for all classes
+ * together; and once other classes' slow events show the burst is over,
+ * the stack goes back to its cap. */
+static void test_tcache_bursts_of_big_classes(void **state)
+{
+    (void)state;
+    struct tcache *tc = tcache_create();
+    unsigned cls = sizeclass_of(4096);
+    uint32_t cap = tcache_class_cap(cls);
+    enum { N = 200 };
+    void *objs[N];
+    for (int round = 0; round < 3; round++) {
+        uint32_t events = tc->events;
+        for (unsigned i = 0; i < N; i++)
+            objs[i] = cache_malloc(tc, cls);
+        for (unsigned i = 0; i < N; i++)
+            cache_free(tc, objs[i]);
+        if (round == 0)
+            assert_true(tc->events - events > N / sizeclass_batch(cls)); /* refills */
+        else
+            assert_int_equal(tc->events, events); /* the stack held it all */
+        assert_true(tcache_bin_count(&tc->bins[cls]) >= N); /* and what the last refill left */
+        assert_true(tcache_bin_max(&tc->bins[cls]) > cap);
+        assert_int_equal(tc->burst_bytes, (tcache_bin_max(&tc->bins[cls]) - cap) * 4096);
+        tcache_check(tc);
+    }
+
+    /* 1000 blocks of 16 KiB, 16 MiB: beyond what bursts may hold.  The
+     * stack grows to the room left; the free half's overflows (over 64 slow
+     * events: budget checks) show the burst still going, so it keeps that
+     * and ends full. */
+    unsigned big = sizeclass_of(16384);
+    enum { M = 1000 };
+    void **more = malloc(M * sizeof(void *));
+    for (unsigned i = 0; i < M; i++)
+        more[i] = cache_malloc(tc, big);
+    assert_true(tc->burst_bytes <= TCACHE_BURST_BYTES);
+    assert_true(tc->burst_bytes > TCACHE_BURST_BYTES - 16384);
+    uint32_t grown = tcache_bin_max(&tc->bins[big]), events = tc->events;
+    for (unsigned i = 0; i < M; i++)
+        cache_free(tc, more[i]);
+    assert_true(tc->events - events > 2 * 64);
+    assert_int_equal(tcache_bin_max(&tc->bins[big]), grown);
+    assert_int_equal(tcache_bin_count(&tc->bins[big]), grown);
+    tcache_check(tc);
+    free(more);
+
+    /* The program moves on: both stacks back to their caps. */
+    for (unsigned i = 0; i < 4 * 64; i++)
+        other_class_event(tc, cls);
+    assert_int_equal(tcache_bin_max(&tc->bins[cls]), cap);
+    assert_int_equal(tcache_bin_max(&tc->bins[big]), tcache_class_cap(big));
+    assert_true(tcache_bin_count(&tc->bins[cls]) <= cap);
+    assert_int_equal(tc->burst_bytes, 0);
+    tcache_check(tc);
+    tcache_destroy(tc);
 }
 
 /* A refill's objects go out in the order the central list hands them
@@ -977,6 +1051,7 @@ int main(void)
         cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
+        cmocka_unit_test(test_tcache_bursts_of_big_classes),
         cmocka_unit_test(test_tcache_refill_hands_out_in_address_order),
         cmocka_unit_test(test_tcache_transfer_leaves_objects_untouched),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
