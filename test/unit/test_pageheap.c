@@ -32,6 +32,18 @@ static struct span *free_span_covering(uintptr_t a)
     }
 }
 
+/* Grows `s` in place to `npages`, which leaves a free span of at least
+ * `rest` pages right after it. */
+static void grow_leaving_free_rest(struct span *s, size_t npages, size_t rest)
+{
+    assert_true(pageheap_grow_in_place(s, npages));
+    assert_int_equal(s->npages, npages);
+    struct span *after = free_span_covering(span_end(s));
+    assert_non_null(after);
+    assert_int_equal(after->start, span_end(s));
+    assert_true(after->npages >= rest);
+}
+
 static void test_pageheap_alignment_up_to_1gib(void **state)
 {
     (void)state;
@@ -58,12 +70,7 @@ static void test_pageheap_split_leaves_remainder_free(void **state)
     assert_int_equal(tail->start, span_end(s));
     assert_true(tail->npages >= 150);
 
-    assert_true(pageheap_grow_in_place(s, 120));
-    assert_int_equal(s->npages, 120);
-    struct span *rest = free_span_covering(span_end(s));
-    assert_non_null(rest);
-    assert_int_equal(rest->start, span_end(s));
-    assert_true(rest->npages >= 80);
+    grow_leaving_free_rest(s, 120, 80);
     pageheap_check();
     pageheap_free(s);
 }
@@ -246,20 +253,34 @@ static void test_pageheap_transparent_huge_pages(void **state)
     pageheap_set_decay_ms(saved);
 }
 
+/* Every free span clean, the recent cache empty, and no decay look due
+ * (one would file the cache), for a test of the cache. */
+static void quiet_heap(void)
+{
+    pageheap_purge();
+    pageheap_decay_now();
+}
+
+/* From a quiet heap: a span of 8 pages shrunk to 4, its last 4 pages freed
+ * (a recent span). */
+static struct span *four_pages_and_a_recent_tail(void)
+{
+    quiet_heap();
+    struct span *s = pageheap_alloc(8, 1, 0, NULL);
+    assert_non_null(s);
+    pageheap_shrink(s, 4);
+    return s;
+}
+
 /* A span of a few pages, freed, waits unmerged in the recent cache and is
  * the next of its length handed out; a purge merges and purges it. */
 static void test_pageheap_recent_spans_come_back_unmerged(void **state)
 {
     (void)state;
     struct pageheap_stats st;
-    pageheap_purge();     /* every free span clean, the cache empty */
-    pageheap_decay_now(); /* and no decay look due (it would file the cache) */
-    struct span *s = pageheap_alloc(8, 1, 0, NULL);
-    assert_non_null(s);
+    struct span *s = four_pages_and_a_recent_tail();
     uintptr_t start = s->start;
-    memset((void *)start, 1, 8 * SA_PAGE_SIZE);
-    pageheap_shrink(s, 4); /* pages 4..7 freed */
-    pageheap_free(s);      /* pages 0..3 freed next to them */
+    pageheap_free(s); /* pages 0..3 freed next to pages 4..7 */
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 8 * SA_PAGE_SIZE);
     assert_true(st.free_dirty >= 8 * SA_PAGE_SIZE);
@@ -269,11 +290,10 @@ static void test_pageheap_recent_spans_come_back_unmerged(void **state)
     assert_int_equal(f->npages, 4); /* not merged with pages 4..7 */
 
     struct span *a = pageheap_alloc(4, 1, 0, NULL), *b = pageheap_alloc(4, 1, 0, NULL);
-    bool zeroed = true;
     assert_int_equal(a->start, start); /* the last freed first */
-    struct span *c = pageheap_alloc(4, 1, 0, &zeroed);
-    pageheap_free(c);
     assert_int_equal(b->start, start + 4 * SA_PAGE_SIZE);
+    struct span *c = pageheap_alloc(4, 1, 0, NULL); /* the cache is empty: from the lists */
+    pageheap_free(c);
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 4 * SA_PAGE_SIZE); /* c's */
     pageheap_check();
@@ -295,15 +315,13 @@ static void test_pageheap_recent_spans_go_first_to_the_lists(void **state)
 {
     (void)state;
     struct pageheap_stats st;
-    pageheap_purge();
-    pageheap_decay_now();
+    quiet_heap();
     struct span *s = pageheap_alloc(3, 1, 0, NULL);
     memset((void *)s->start, 1, 3 * SA_PAGE_SIZE);
     pageheap_free(s);
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 3 * SA_PAGE_SIZE);
-    bool zeroed = true;
-    struct span *t = pageheap_alloc(5, 1, 0, &zeroed); /* no dirty span fits */
+    struct span *t = pageheap_alloc(5, 1, 0, NULL); /* no dirty span fits */
     assert_non_null(t);
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 0);
@@ -317,21 +335,12 @@ static void test_pageheap_grow_in_place_into_recent_span(void **state)
 {
     (void)state;
     struct pageheap_stats st;
-    pageheap_purge();
-    pageheap_decay_now();
-    struct span *s = pageheap_alloc(8, 1, 0, NULL);
-    assert_non_null(s);
-    pageheap_shrink(s, 4);
+    struct span *s = four_pages_and_a_recent_tail();
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 4 * SA_PAGE_SIZE);
-    assert_true(pageheap_grow_in_place(s, 6));
-    assert_int_equal(s->npages, 6);
+    grow_leaving_free_rest(s, 6, 2);
     pageheap_get_stats(&st);
     assert_int_equal(st.recent, 0);
-    struct span *rest = free_span_covering(span_end(s));
-    assert_non_null(rest);
-    assert_int_equal(rest->start, span_end(s));
-    assert_true(rest->npages >= 2);
     pageheap_check();
     pageheap_free(s);
 }
