@@ -473,6 +473,8 @@ uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
  * overflowing for TCACHE_BUDGET_CHECK slow events, goes back to its cap. */
 static void trim_bursts(struct tcache *tc)
 {
+    if (!tc->burst_bytes) /* no stack grown: the usual case */
+        return;
     for (unsigned cls = first_big_class(); cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
         uint32_t cap = tcache_class_cap(cls), count = tcache_bin_count(bin);
@@ -618,7 +620,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
     flush_bin(tc, cls, count < batch ? count : batch, &tc->incarnation);
     tcache_bin_push(bin, obj); /* the flush made room */
     uint32_t max = tcache_bin_max(bin);
-    if (max > tcache_class_cap(cls)) {
+    if (tc->burst_bytes && big_class(cls) && max > tcache_class_cap(cls)) {
         /* A burst bigger than the stack: what it holds, it keeps until the
          * burst is over (trim_bursts). */
         tc->active_event[cls] = tc->events;

@@ -6,7 +6,8 @@
  * checked before it is freed or resized; calloc must give zeros, aligned
  * results must be aligned, malloc_usable_size must cover the request.
  * Objects cross threads through a mutex-protected exchange, workers come and
- * go, and a few fork()s happen while other threads are busy.
+ * go, threads allocate big blocks in bursts and free each other's, and a
+ * few fork()s happen while other threads are busy.
  *
  * Worker threads never call cmocka asserts: they record failures
  * (stress_common.h) and the main thread asserts after joining them.
@@ -1079,6 +1080,82 @@ static void test_stress_producer_consumer(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Bursts of big blocks: each round every thread allocates a burst of one
+ * size above 1 KiB (50..300 blocks of 1.1..64 KiB), frees half of it
+ * itself and leaves the other half to the next thread, which checks and
+ * frees it after a barrier.  So thread caches grown for bursts, and spans
+ * waiting unmerged in the page heap, meet cross-thread frees of the same
+ * classes, with each thread's next burst of another size in between. */
+
+#define BB_THREADS 4
+#define BB_ROUNDS  40
+#define BB_MAX     300
+
+static struct {
+    pthread_barrier_t barrier;
+    obj_t left[BB_THREADS][BB_MAX]; /* thread i's blocks for thread i+1 */
+} g_bb;
+
+static void *bb_main(void *arg)
+{
+    static const size_t sizes[] = {1100, 4096, 8192, 16384, 40000, 65536};
+    int id = (int)(uintptr_t)arg;
+    char who[32];
+    snprintf(who, sizeof who, "burst thread #%d", id);
+    rng_t r = { thread_seed(7, (uint64_t)id) };
+    obj_t mine[BB_MAX];
+    for (int round = 0; round < BB_ROUNDS; round++) {
+        size_t size = sizes[rng_below(&r, sizeof sizes / sizeof sizes[0])];
+        size_t n = 50 + (size_t)rng_below(&r, BB_MAX - 50);
+        for (size_t i = 0; i < n; i++) {
+            obj_t *o = &mine[i];
+            o->size = size;
+            o->align = 16;
+            o->owner = id;
+            o->p = malloc(size);
+            o->used = o->p != NULL;
+            if (!o->p) {
+                fail_record(who, "malloc(%zu) returned NULL", size);
+                continue;
+            }
+            o->tag = make_tag(o->p, size, r.s);
+            pattern_fill(o->p, 0, size, o->tag);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (i & 1)
+                g_bb.left[id][i / 2] = mine[i];
+            else if (mine[i].used)
+                obj_release(who, &mine[i], "in its own burst");
+        }
+        pthread_barrier_wait(&g_bb.barrier);
+        obj_t *theirs = g_bb.left[(id + BB_THREADS - 1) % BB_THREADS];
+        for (size_t i = 0; i < BB_MAX; i++)
+            if (theirs[i].used)
+                obj_release(who, &theirs[i], "left by the previous thread");
+        pthread_barrier_wait(&g_bb.barrier);
+    }
+    return NULL;
+}
+
+static void test_stress_big_block_bursts(void **state)
+{
+    (void)state;
+    failures_reset();
+    double start = now_s();
+    memset(g_bb.left, 0, sizeof g_bb.left);
+    assert_int_equal(pthread_barrier_init(&g_bb.barrier, NULL, BB_THREADS), 0);
+    pthread_t t[BB_THREADS];
+    for (int i = 0; i < BB_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, bb_main, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < BB_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&g_bb.barrier);
+    fprintf(stderr, "big-block bursts: %d threads x %d rounds in %.2f s\n", BB_THREADS,
+            BB_ROUNDS, now_s() - start);
+    failures_assert_none("big-block bursts");
+}
+
+/* ------------------------------------------------------------------ */
 /* Hand-offs to exiting owners: waves of short-lived producers allocate
  * small objects (from spans of their own) and hand them to two long-lived
  * consumers, which verify and free them while their producers exit.  So
@@ -1317,6 +1394,7 @@ int main(void)
         cmocka_unit_test(test_stress_random_ops_many_threads),
         cmocka_unit_test(test_stress_thread_exit_storm),
         cmocka_unit_test(test_stress_producer_consumer),
+        cmocka_unit_test(test_stress_big_block_bursts),
         cmocka_unit_test(test_stress_handoff_to_exiting_owners),
         cmocka_unit_test(test_stress_fork_loop),
     };
