@@ -130,11 +130,17 @@ void stack_warm_up(void)
     walker = !strcmp(opt_prof_unwind, "libgcc") ? WALK_LIBGCC
              : !strcmp(opt_prof_unwind, "check") ? WALK_CHECK
                                                  : WALK_FAST;
-    void *frames[4];
-    bool complete;
-    if (walker != WALK_FAST)
-        backtrace(frames, 4); /* loads libgcc now: never first inside a sample */
-    unwind_capture(frames, 4, &complete);
+    /* backtrace() loads libgcc on its first call: now, never first inside
+     * a sample.  The fast walker needs no warming up.  A walk here would
+     * only read the unwind tables of whatever code made the first
+     * allocation (the loader's start-up, libstdc++'s), which no sample's
+     * stack may ever pass through, and the kernel maps file pages in 64
+     * KiB windows around each one read: 150 KiB more resident memory in a
+     * C++ program whose first allocation came from libstdc++. */
+    if (walker != WALK_FAST) {
+        void *frames[4];
+        backtrace(frames, 4);
+    }
 }
 
 static uint64_t hash_frames(void *const *frames, unsigned depth)

@@ -17,7 +17,9 @@
  *   - every capture again from a frame taken with UNWIND_FROM_HERE, as the
  *     allocator's slow paths take it: the same stack, less that frame;
  *   - the rules themselves at known addresses: a function's entry, _start;
- *   - the rule cache starts at a few pages and grows once it evicts.
+ *   - the rule cache starts at a few pages and grows once it evicts;
+ *   - start-up reads no unwind tables: a process that never samples never
+ *     maps them in.
  *
  * Both captures are taken in one function (capture_both), so their first
  * entries are two different return addresses in it; every other entry must
@@ -662,10 +664,28 @@ static void test_unwind_rule_cache_grows_when_it_evicts(void **state)
     assert_true(look_up(base + 8, 1500) < 1500 / 4);
 }
 
+/* stack_warm_up(), as prof's start-up calls it, computes no rule and
+ * describes no object: with the default walker there is nothing to load,
+ * and a walk would read the unwind tables of whatever code made the first
+ * allocation, which the kernel maps in 64 KiB windows (150 KiB in a C++
+ * program whose first allocation was libstdc++'s).  First, while these
+ * frames' rules are not cached yet, so a walk would miss. */
+static void test_unwind_warm_up_walks_no_stack(void **state)
+{
+    (void)state;
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    stack_warm_up();
+    unwind_get_stats(&after);
+    assert_int_equal(after.misses, before.misses);
+    assert_int_equal(after.objects, before.objects);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unwind_rule_cache_grows_when_it_evicts), /* first: the cache is new */
+        cmocka_unit_test(test_unwind_warm_up_walks_no_stack), /* first: nothing cached */
+        cmocka_unit_test(test_unwind_rule_cache_grows_when_it_evicts), /* the cache is new */
         cmocka_unit_test(test_unwind_matches_backtrace_for_every_frame_shape),
         cmocka_unit_test(test_unwind_matches_backtrace_through_libc_callbacks),
         cmocka_unit_test(test_unwind_truncates_deep_stacks_like_backtrace),
