@@ -469,6 +469,14 @@ uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
     return allocated + tcache_cached_bytes(tc) + tc->dealloc_adjust;
 }
 
+/* The cache's event count as a class's stamp, and the events since one
+ * (16 bits: struct tcache). */
+static uint16_t stamp(const struct tcache *tc) { return (uint16_t)tc->events; }
+static uint16_t events_since(const struct tcache *tc, uint16_t at)
+{
+    return (uint16_t)(stamp(tc) - at);
+}
+
 /* A big class's stack grown past its cap by a burst, neither refilled nor
  * overflowing for TCACHE_BUDGET_CHECK slow events, goes back to its cap. */
 static void trim_bursts(struct tcache *tc)
@@ -478,7 +486,7 @@ static void trim_bursts(struct tcache *tc)
     for (unsigned cls = first_big_class(); cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
         uint32_t cap = tcache_class_cap(cls), count = tcache_bin_count(bin);
-        if (tcache_bin_max(bin) <= cap || tc->events - tc->active_event[cls] <= TCACHE_BUDGET_CHECK)
+        if (tcache_bin_max(bin) <= cap || events_since(tc, tc->active_event[cls]) <= TCACHE_BUDGET_CHECK)
             continue;
         if (count > cap)
             flush_bin(tc, cls, count - cap, &tc->incarnation);
@@ -534,8 +542,8 @@ static uint32_t give_back_after(unsigned cls, void *head, uint32_t keep, uint32_
 static uint32_t big_class_limit(struct tcache *tc, unsigned cls)
 {
     uint32_t max = tcache_bin_max(&tc->bins[cls]), cap = tcache_class_cap(cls);
-    bool burst = tc->events == tc->refill_event[cls] + 1;
-    tc->refill_event[cls] = tc->active_event[cls] = tc->events;
+    bool burst = events_since(tc, tc->refill_event[cls]) == 1;
+    tc->refill_event[cls] = tc->active_event[cls] = stamp(tc);
     uint32_t limit = max > cap ? max : cap;
     if (burst) {
         size_t used = tc->burst_bytes, size = sizeclass_size(cls);
@@ -623,7 +631,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
     if (tc->burst_bytes && big_class(cls) && max > tcache_class_cap(cls)) {
         /* A burst bigger than the stack: what it holds, it keeps until the
          * burst is over (trim_bursts). */
-        tc->active_event[cls] = tc->events;
+        tc->active_event[cls] = stamp(tc);
     } else if (++tc->overflows[cls] >= TCACHE_MAX_OVERFLOWS) {
         tc->overflows[cls] = 0;
         if (max > batch)

@@ -171,10 +171,10 @@ static void test_tcache_big_classes_cache_a_batch(void **state)
  * burst needs no refill at all; within TCACHE_BURST_BYTES for all classes
  * together; and once other classes' slow events show the burst is over,
  * the stack goes back to its cap. */
-static void test_tcache_bursts_of_big_classes(void **state)
+static void bursts_of_big_classes(uint32_t first_event)
 {
-    (void)state;
     struct tcache *tc = tcache_create();
+    tc->events = first_event;
     unsigned cls = sizeclass_of(4096);
     uint32_t cap = tcache_class_cap(cls);
     enum { N = 200 };
@@ -224,6 +224,23 @@ static void test_tcache_bursts_of_big_classes(void **state)
     assert_int_equal(tc->burst_bytes, 0);
     tcache_check(tc);
     tcache_destroy(tc);
+}
+
+static void test_tcache_bursts_of_big_classes(void **state)
+{
+    (void)state;
+    bursts_of_big_classes(0);
+}
+
+/* The same across the wrap of the classes' 16-bit event stamps (struct
+ * tcache): a refill right after another still reads as a burst, and a
+ * class busy in the last 64 events as busy, when the count passes 65535 in
+ * between, at each point of the test (it takes some 700 events). */
+static void test_tcache_bursts_across_the_stamps_wrap(void **state)
+{
+    (void)state;
+    for (uint32_t before = 1; before < 900; before += 37)
+        bursts_of_big_classes(65536 - before);
 }
 
 /* A refill's objects go out in the order the central list hands them
@@ -1052,6 +1069,7 @@ int main(void)
         cmocka_unit_test(test_tcache_whole_cache_budget),
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
         cmocka_unit_test(test_tcache_bursts_of_big_classes),
+        cmocka_unit_test(test_tcache_bursts_across_the_stamps_wrap),
         cmocka_unit_test(test_tcache_refill_hands_out_in_address_order),
         cmocka_unit_test(test_tcache_transfer_leaves_objects_untouched),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
