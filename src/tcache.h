@@ -170,9 +170,9 @@ struct tcache {
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
     /* `events` at each class's last refill, and at its last refill or
      * overflow: bursts of big classes (tcache.c).  Their low 16 bits,
-     * compared as differences modulo 2^16 (392 bytes less a record than
-     * whole stamps): a class idle for a multiple of 65536 events looks busy
-     * for one budget check, which only puts off its trim by one. */
+     * compared as differences modulo 2^16 (the record is 384 bytes smaller
+     * than with whole stamps): a class idle for a multiple of 65536 events
+     * looks busy for one budget check, which only puts off its trim by one. */
     uint16_t refill_event[SA_NUM_CLASSES];
     uint16_t active_event[SA_NUM_CLASSES];
     size_t burst_bytes; /* what bursts grew the stacks by, in bytes beyond their caps */
