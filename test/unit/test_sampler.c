@@ -159,7 +159,7 @@ static void test_sampler_every_path_samples(void **state)
 {
     (void)state;
     size_t saved = prof_lg_sample_get();
-    prof_lg_sample_set(0); /* R = 1: a block of u bytes is due but with chance e^-u */
+    prof_lg_sample_set(0); /* R = 1: a block of u bytes is missed with chance e^-u */
     void *c = calloc(10, 10), *a = aligned_alloc(4096, 100), *r = realloc(NULL, 70);
     void *m = memalign(64, 5000), *big = malloc(1 << 20);
     void *pm = NULL;
