@@ -59,14 +59,13 @@ unsigned central_xfer_capacity(unsigned cls);
  * sum must fit). */
 unsigned central_xfer_store_slots(void);
 
-/* Gives every class's transfer cache back to its spans and its kept
- * empty span back to the page heap (malloc_trim). */
-void central_release_empty(void);
+/* Gives every class's transfer cache back to its spans (malloc_trim);
+ * the spans that empties go to the page heap. */
+void central_release_xfer(void);
 
 /* At most once a decay step (pageheap_decay_step_ns), whoever calls it:
- * gives back each class's kept empty span idle for the decay time
- * (dirty_decay_ms) to the page heap, and the objects its transfer cache
- * held through that time to their spans.  `now`: os_now_ns().  Takes the
+ * gives back to their spans the objects each class's transfer cache held
+ * through the decay time (dirty_decay_ms).  `now`: os_now_ns().  Takes the
  * class locks in turn: call it holding none. */
 void central_decay(uint64_t now);
 

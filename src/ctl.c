@@ -279,12 +279,13 @@ static int ctl_purge(const struct ctl_ctx *cx, union ctl_val *old, const union c
     return 0;
 }
 
-/* arena.<i>.decay: a decay pass now; the central lists' empty spans go
- * back first, so that they are among what it finds. */
+/* arena.<i>.decay: a decay pass now; the transfer caches' objects go back
+ * to their spans first, so that the spans they empty are among what it
+ * finds. */
 static int ctl_decay(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx, (void)old, (void)new;
-    central_release_empty();
+    central_release_xfer();
     pageheap_decay_now();
     return 0;
 }

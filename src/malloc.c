@@ -737,7 +737,7 @@ SA_EXPORT int malloc_trim(size_t pad)
     if (tc)
         tcache_flush_all(tc);
     tcache_drain_all_inboxes();
-    central_release_empty();
+    central_release_xfer();
     size_t purged = pageheap_purge();
     purged += prof_purge_spares(); /* given back purged: before the cache's purge */
     purged += sampled_pages_purge();

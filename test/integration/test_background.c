@@ -9,7 +9,8 @@
  *            while: the thread hands their pages back; without it they
  *            stay (the control that shows the scenario measures something)
  *   idle_small  the same with blocks of four small classes whose spans
- *            hold two: the central lists' kept empty spans go back too
+ *            hold two: what the central lists' transfer caches keep goes
+ *            back too
  *   busy_small  idle_small's blocks, then other allocations now and then:
  *            with no thread, the allocating thread gives back what the
  *            classes keep (their span counts fall to 0)
@@ -150,7 +151,8 @@ static int scenario_idle(void)
 }
 
 /* Small blocks of four classes of two-object spans (20 to 36 KiB), eight
- * of each: each class keeps an empty span once they are freed. */
+ * of each: each class's transfer cache keeps some once they are freed,
+ * and their spans with them. */
 #define SMALL_BLOCKS 32
 
 static size_t small_size(int i) { return (size_t)20000 + (size_t)(i % 4) * 5000; }
@@ -182,7 +184,8 @@ static void write_small_blocks(void **blocks)
 
 /* Frees them, and flushes them from the thread's cache to the central
  * lists: each class keeps a batch's worth in its transfer cache, the
- * rest go back to their spans, and of the spans that empty it keeps one. */
+ * rest go back to their spans, and the spans that empty to the page
+ * heap. */
 static void free_small_blocks(void *const *blocks)
 {
     for (int i = 0; i < SMALL_BLOCKS; i++)
@@ -379,9 +382,10 @@ static void idle_resident(const char *conf, size_t *resident, size_t *pages)
     idle_resident_of("idle", conf, resident, pages);
 }
 
-/* Small blocks' spans the central lists kept empty go back to the page
- * heap after the decay time, and from there to the kernel: with one
- * span kept in each of the four classes, 8 of the 32 blocks would stay. */
+/* Small blocks the central lists' transfer caches kept go back to their
+ * spans after the decay time, the spans to the page heap, and from there
+ * to the kernel: with a batch kept in each of the four classes, a few of
+ * the 32 blocks would stay. */
 static void test_background_thread_purges_central_lists_while_idle(void **state)
 {
     (void)state;

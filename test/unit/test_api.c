@@ -388,13 +388,23 @@ static void double_free_sampled(void *size)
 
 /* A small block freed twice, each free flushed from the thread's cache
  * to the block's span: the second finds its bit set.  48 bytes: a class
- * with no transfer cache, so a flush reaches the spans. */
+ * with no transfer cache, so a flush reaches the spans.  A neighbour stays
+ * out, so that the span is not emptied, and given to the page heap, by
+ * the first free (the second would then be an invalid pointer's). */
 static void double_free_small(void *unused)
 {
     (void)unused;
     bool off = false; /* a sampled block is freed another way */
     assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &off, sizeof(off)), 0);
-    void *volatile p = malloc(48);
+    static void *blocks[64];
+    for (int i = 0; i < 64; i++)
+        blocks[i] = malloc(48);
+    int k = 1; /* a block with a neighbour before it in its span */
+    while (k < 64 && pagemap_span(blocks[k]) != pagemap_span(blocks[k - 1]))
+        k++;
+    if (k == 64)
+        _exit(4);
+    void *volatile p = blocks[k];
     free(p);
     assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
     free(p);

@@ -89,13 +89,13 @@ static void test_central_batches_are_distinct_objects_of_the_class(void **state)
     }
 }
 
-/* Spans return to the page heap when their objects do (one kept per class). */
+/* Spans return to the page heap when their objects do, at once. */
 static void test_central_empty_spans_go_back(void **state)
 {
     (void)state;
     unsigned cls = sizeclass_of(5000); /* a class this test process barely uses */
     struct central_stats before, during, after;
-    central_release_empty(); /* nothing in its transfer cache */
+    central_release_xfer(); /* nothing in its transfer cache */
     central_get_stats(cls, &before);
     unsigned n = 10 * sizeclass_objects(cls);
     void **objs = malloc(n * sizeof(void *));
@@ -107,12 +107,12 @@ static void test_central_empty_spans_go_back(void **state)
     central_get_stats(cls, &after);
     assert_int_equal(after.allocated, before.allocated);
     /* All back but the transfer cache's (the last given back), whose
-     * spans stay, and the one empty span kept. */
+     * spans stay. */
     unsigned kept = central_xfer_capacity(cls), holding = 0;
     for (unsigned i = n - kept; i < n; i++)
         holding += i == n - kept || pagemap_span(objs[i]) != pagemap_span(objs[i - 1]);
-    assert_true(after.spans <= before.spans + 1 + holding);
-    central_release_empty();
+    assert_true(after.spans <= before.spans + holding);
+    central_release_xfer();
     central_get_stats(cls, &after);
     assert_true(after.spans <= before.spans);
     central_check(cls);
@@ -236,7 +236,7 @@ static void test_central_spans_carry_their_owners_tag(void **state)
     give(cls, N, objs_b);
     give(cls, N, anon);
     give(big, N, large);
-    central_release_empty();
+    central_release_xfer();
     assert_int_equal(pagemap_owner_of(objs_a[0]), 0);
     central_check(cls);
 }
@@ -262,7 +262,7 @@ static void test_central_keeps_a_batch_given_back(void **state)
     (void)state;
     unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
     assert_true(central_xfer_capacity(cls) >= batch);
-    central_release_empty(); /* no objects kept by an earlier test */
+    central_release_xfer(); /* no objects kept by an earlier test */
     void **objs = malloc(batch * sizeof(void *)), **again = malloc(batch * sizeof(void *));
     struct central_stats before, taken, kept, trimmed;
     central_get_stats(cls, &before);
@@ -292,7 +292,7 @@ static void test_central_keeps_a_batch_given_back(void **state)
     for (unsigned i = 0; i < batch; i++)
         assert_ptr_equal(again[i], objs[batch - 1 - i]);
     give(cls, batch, again);
-    central_release_empty();
+    central_release_xfer();
     central_get_stats(cls, &trimmed);
     assert_int_equal(trimmed.allocated, before.allocated);
     assert_true(trimmed.spans <= before.spans);
@@ -310,7 +310,7 @@ static void test_central_last_takers_batch_skips_the_transfer_cache(void **state
     (void)state;
     unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
     assert_true(central_xfer_capacity(cls) >= batch);
-    central_release_empty(); /* no objects kept by an earlier test */
+    central_release_xfer(); /* no objects kept by an earlier test */
     uint32_t gen_a = 1, gen_b = 1;
     struct central_owner a = {&gen_a, gen_a, 0};
     void **objs = malloc(batch * sizeof(void *));
@@ -333,7 +333,7 @@ static void test_central_last_takers_batch_skips_the_transfer_cache(void **state
         assert_int_equal(central_object_state(cls, objs[i], &start), OBJECT_FREE);
     }
     central_check(cls);
-    central_release_empty();
+    central_release_xfer();
     for (unsigned i = 0; i < batch; i++)
         assert_true(back_in_its_span(cls, objs[i]));
     central_check(cls);
@@ -341,56 +341,29 @@ static void test_central_last_takers_batch_skips_the_transfer_cache(void **state
     free(objs);
 }
 
-/* central_decay: a kept empty span that no batch used for a whole window
- * (a decay time at least, from one look to the next that closes it) goes
- * to the page heap, one used in it stays; transfer cache objects that
- * stayed through a window go back to their spans, those a batch taken
- * reached in it do not.  Times are made up, from os_now_ns() on. */
+/* central_decay: transfer cache objects that stayed through a whole
+ * window (a decay time at least, from one look to the next that closes
+ * it) go back to their spans, those a batch taken reached in it do not.
+ * Times are made up, from os_now_ns() on.
+ *
+ * Two batches go into a transfer cache (from no cache: kept), of which
+ * the next taker takes one, which comes back: at the end of the window in
+ * which they came, nothing goes; at the end of the next, the batch no
+ * taker reached. */
 static void test_central_decay_gives_back_what_sits_unused(void **state)
 {
     (void)state;
     long saved = pageheap_decay_ms();
     pageheap_set_decay_ms(1000);
-    const uint64_t decay = 1000000000u, step = pageheap_decay_step_ns(decay);
-    unsigned cls = sizeclass_of(5000), batch = sizeclass_batch(cls);
-    central_release_empty();
+    const uint64_t decay = 1000000000u;
+    central_release_xfer();
     uint32_t gen_a = 1;
     struct central_owner a = {&gen_a, gen_a, 0};
-    struct central_stats st, kept;
-
-    /* All of a batch back from its taker: its spans empty, one is kept. */
-    void **objs = malloc(batch * sizeof(void *));
-    take_as(a, cls, batch, objs);
-    central_free_batch(cls, objs, batch, &gen_a);
-    central_get_stats(cls, &kept);
-    uint64_t t = os_now_ns() + 1000 * decay; /* past any look already scheduled */
-    central_decay(t); /* closes a window in which it was kept: stays */
-    central_decay(t + decay / 2); /* within a window: nothing */
-    central_get_stats(cls, &st);
-    assert_int_equal(st.spans, kept.spans);
-    take_as(a, cls, batch, objs); /* the kept span's objects again, and back */
-    central_free_batch(cls, objs, batch, &gen_a);
-    t += decay + step;
-    central_decay(t); /* closes a window in which it was used: stays */
-    central_get_stats(cls, &st);
-    assert_int_equal(st.spans, kept.spans);
-    central_decay(t + step / 2); /* within a step of the last look: no look */
-    t += decay + step;
-    central_decay(t); /* a whole window unused: gone */
-    central_get_stats(cls, &st);
-    assert_int_equal(st.spans, kept.spans - 1);
-    free(objs);
-
-    /* Two batches into a transfer cache (from no cache: kept), of which
-     * the next taker takes one, which comes back: at the end of the
-     * window in which they came, nothing goes; at the end of the next,
-     * the batch no taker reached. */
-    cls = sizeclass_of(512);
-    batch = sizeclass_batch(cls);
+    unsigned cls = sizeclass_of(512), batch = sizeclass_batch(cls);
     assert_true(central_xfer_capacity(cls) >= 2 * batch);
-    objs = malloc(2 * batch * sizeof(void *));
+    void **objs = malloc(2 * batch * sizeof(void *));
     void **again = malloc(batch * sizeof(void *));
-    t += 10 * decay;
+    uint64_t t = os_now_ns() + 1000 * decay; /* past any look already scheduled */
     central_decay(t); /* a window begins, the cache empty */
     take_as(a, cls, 2 * batch, objs);
     central_free_batch(cls, objs, 2 * batch, NULL);
@@ -409,7 +382,7 @@ static void test_central_decay_gives_back_what_sits_unused(void **state)
         assert_false(back_in_its_span(cls, again[i])); /* reached */
     }
     central_check(cls);
-    central_release_empty();
+    central_release_xfer();
     central_check(cls);
     pageheap_check();
     pageheap_set_decay_ms(saved);
@@ -429,7 +402,7 @@ static void test_central_transfer_cache_is_capped(void **state)
     assert_int_equal(central_xfer_capacity(big), 0);
     unsigned cls = sizeclass_of(1024), cap = central_xfer_capacity(cls), extra = 10;
     assert_true(cap >= 2 * sizeclass_batch(cls));
-    central_release_empty();
+    central_release_xfer();
     /* Both arrays at once and before the cache fills: an array of 128
      * pointers is itself an object of this class. */
     void **objs = malloc((2 * cap + extra + 1) * sizeof(void *)), **again = objs + cap + extra + 1;
@@ -452,7 +425,7 @@ static void test_central_transfer_cache_is_capped(void **state)
     for (unsigned i = 0; i < extra; i++)
         assert_ptr_equal(again[cap - extra + i], first[extra - 1 - i]);
     give(cls, cap, again);
-    central_release_empty();
+    central_release_xfer();
     central_check(cls);
     free(objs);
 }

@@ -301,7 +301,7 @@ static void test_tcache_transfer_leaves_objects_untouched(void **state)
     unsigned cls = sizeclass_of(1024), batch = sizeclass_batch(cls);
     size_t size = sizeclass_size(cls);
     assert_true(central_xfer_capacity(cls) >= batch);
-    central_release_empty(); /* its transfer cache empty */
+    central_release_xfer(); /* its transfer cache empty */
     struct tcache *giver = tcache_create(), *taker = tcache_create();
     void **objs = malloc(batch * sizeof(void *));
     for (unsigned i = 0; i < batch; i++) {
