@@ -914,10 +914,10 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void test_dump_stall_under_load(void **state)
+/* One measurement of test_dump_stall_under_load: false (said on stderr)
+ * if a malloc/free blocked past the bound during a dump. */
+static bool stall_within_bound(void)
 {
-    (void)state;
-    require_salloc();
     int rounds = (int)env_long("DUMP_STALL_ROUNDS", 8, 1);
     size_t samples = sample_count();
     char path[300];
@@ -981,9 +981,24 @@ static void test_dump_stall_under_load(void **state)
     double bound = dur[0] / 2 > 0.050 ? dur[0] / 2 : 0.050;
     if (bound < 2 * blocked_outside)
         bound = 2 * blocked_outside;
-    if (blocked > bound)
-        fail_msg("a malloc/free blocked for %.3f ms during a dump (dumps took %.1f-%.1f ms; bound "
-                 "%.1f ms)", blocked * 1e3, dur[0] * 1e3, dur[rounds - 1] * 1e3, bound * 1e3);
+    if (blocked <= bound)
+        return true;
+    fprintf(stderr, "# stall: a malloc/free blocked for %.3f ms during a dump (dumps took "
+            "%.1f-%.1f ms; bound %.1f ms)\n", blocked * 1e3, dur[0] * 1e3, dur[rounds - 1] * 1e3,
+            bound * 1e3);
+    return false;
+}
+
+/* A thread blocked for a whole dump blocks in every measurement; one
+ * preempted at the wrong time on a loaded machine (52 ms against a bound
+ * of 74 ms with 4 other busy processes on 2 cores) seldom does twice: a
+ * measurement over the bound is taken again, and fails if over it again. */
+static void test_dump_stall_under_load(void **state)
+{
+    (void)state;
+    require_salloc();
+    if (!stall_within_bound() && !stall_within_bound())
+        fail_msg("a malloc/free blocked past the bound during a dump, twice (above)");
 }
 
 /* ------------------------------------------------------------------ */

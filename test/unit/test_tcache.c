@@ -735,6 +735,9 @@ static size_t central_allocated(unsigned cls)
 static void *free_few_then_flush(void *arg)
 {
     struct few_remote *f = arg;
+    /* A cache of its own first: were objs[0] sampled, its free would find
+     * none and give its proxy straight to the central list. */
+    free(malloc(64));
     for (int i = 0; i < 3; i++)
         free(f->objs[i]);
     f->chained = tcache_get()->remote[f->cls].count;
@@ -826,6 +829,7 @@ struct free_job {
 static void *free_job_body(void *arg)
 {
     struct free_job *job = arg;
+    free(malloc(64)); /* a cache of its own first (free_few_then_flush) */
     for (unsigned i = 0; i < job->n; i++)
         free(job->objs[i]);
     return NULL;
