@@ -542,11 +542,13 @@ static void test_ctl_stats_print_json(void **state)
 }
 
 /* arena.0.decay purges what has been free for a decay time, at once and
- * without the page heap being used (no background thread here). */
+ * without the page heap being used (no background thread here).  200 ms:
+ * the frees, microseconds apart, must all fall within one decay time (a
+ * later free decays an earlier block), even on a loaded machine. */
 static void test_ctl_arena_decay_purges_aged_pages(void **state)
 {
     (void)state;
-    ssize_t ms = 50, old_ms = 0;
+    ssize_t ms = 200, old_ms = 0;
     size_t len = sizeof(old_ms);
     assert_int_equal(mallctl("arenas.dirty_decay_ms", &old_ms, &len, &ms, sizeof(ms)), 0);
     enum { BLOCKS = 8, BLOCK = 1 << 20 };
@@ -561,7 +563,7 @@ static void test_ctl_arena_decay_purges_aged_pages(void **state)
     refresh();
     size_t dirty_after_free = read_z("stats.arenas.4096.pdirty");
     assert_true(dirty_after_free >= (size_t)BLOCKS * BLOCK / SA_PAGE_SIZE / 2);
-    struct timespec wait = {.tv_sec = 0, .tv_nsec = 150 * 1000 * 1000};
+    struct timespec wait = {.tv_sec = 0, .tv_nsec = 500 * 1000 * 1000};
     nanosleep(&wait, NULL); /* older than the decay time: due */
     refresh();
     assert_int_equal(read_z("stats.arenas.4096.pdirty"), dirty_after_free); /* nothing ran decay */

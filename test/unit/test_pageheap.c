@@ -143,7 +143,9 @@ static void test_pageheap_decay(void **state)
     pageheap_get_stats(&st);
     assert_int_equal(st.free_dirty, 0);
 
-    pageheap_set_decay_ms(50);
+    /* 200 ms: nothing between the frees and the stats below decays
+     * (microseconds apart), even on a loaded machine. */
+    pageheap_set_decay_ms(200);
     s = pageheap_alloc(100, 1, 0, NULL);
     memset((void *)s->start, 1, 100 * SA_PAGE_SIZE);
     pageheap_free(s);
@@ -154,7 +156,7 @@ static void test_pageheap_decay(void **state)
     pageheap_get_stats(&st);
     assert_true(st.free_dirty >= 100 * SA_PAGE_SIZE); /* r may be cut from s */
     assert_true(st.recent >= 2 * SA_PAGE_SIZE);
-    struct timespec nap = {0, 200 * 1000 * 1000};
+    struct timespec nap = {0, 500 * 1000 * 1000};
     nanosleep(&nap, NULL);
     pageheap_free(pageheap_alloc(1, 1, 0, NULL)); /* any heap activity decays */
     pageheap_get_stats(&st);
