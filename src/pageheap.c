@@ -33,9 +33,6 @@
 #include "pagemap.h"
 
 #define NBUCKETS 128
-/* Grow the heap at least this much at once: one mmap and one pagemap leaf
- * check per 32 MiB, which untouched costs no resident memory at all. */
-#define GROW_MIN ((size_t)32 << 20)
 /* Chunks start on 2 MiB boundaries so that huge pages can back them. */
 #define CHUNK_ALIGN ((size_t)2 << 20)
 
@@ -251,7 +248,7 @@ static void recent_flush(void)
  * would split the mapping per span).  Advised chunks are kept in a small
  * table, under ph_lock; once it is full, chunks are no longer advised. */
 #define THP_CHUNKS 64
-#define THP_AFTER (2 * GROW_MIN)
+#define THP_AFTER (2 * PAGEHEAP_GROW_MIN)
 
 static struct {
     uintptr_t start, end;
@@ -415,7 +412,7 @@ static struct span *find_free(size_t need)
 static struct span *grow(size_t npages, size_t align_pages)
 {
     size_t bytes = npages << SA_PAGE_SHIFT;
-    bytes = sa_align_up(bytes < GROW_MIN ? GROW_MIN : bytes, CHUNK_ALIGN);
+    bytes = sa_align_up(bytes < PAGEHEAP_GROW_MIN ? PAGEHEAP_GROW_MIN : bytes, CHUNK_ALIGN);
     size_t align = align_pages << SA_PAGE_SHIFT;
     struct span *s = record_new();
     if (!s)

@@ -33,16 +33,16 @@ static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static unsigned mmap_calls, mmap_refused, refuse_every; /* 1: every call */
 static unsigned chunk_calls; /* of mmap_calls, the page heap's chunks' */
 
-/* The page heap's chunks (32 MiB and up) are counted apart from the
- * smaller mappings (a sampled block's, whose number follows the sampler's
- * clock-seeded draws).  Counted together, which growths of the heap were
- * refused was a draw too: test_oom_random_refusals saw 1 to 20 NULLs in
- * 1260 runs, and by extrapolation none, its assertion failing, about one
- * run in 1200. */
+/* The page heap's chunks (PAGEHEAP_GROW_MIN and up) are counted apart
+ * from the smaller mappings (a sampled block's, whose number follows the
+ * sampler's clock-seeded draws).  Counted together, which growths of the
+ * heap were refused was a draw too: test_oom_random_refusals saw 1 to 20
+ * NULLs in 1260 runs, and by extrapolation none, its assertion failing,
+ * about one run in 1200. */
 static void *refusing_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     mmap_calls++;
-    unsigned n = len >= ((size_t)32 << 20) ? ++chunk_calls : mmap_calls - chunk_calls;
+    unsigned n = len >= PAGEHEAP_GROW_MIN ? ++chunk_calls : mmap_calls - chunk_calls;
     if (refuse_every && n % refuse_every == 0) {
         mmap_refused++;
         errno = ENOMEM;
