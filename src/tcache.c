@@ -82,6 +82,7 @@
 #define TCACHE_BIG_CLASS_BYTES ((size_t)64 << 10)
 _Static_assert(TCACHE_CLASS_MAX_OBJECTS * sizeof(void *) < 65536,
                "a class's slots span less than 64 KiB (tcache.h)");
+_Static_assert(SA_NUM_CLASSES <= 256, "tc->last_refill holds a class");
 /* Whole-cache budget and how often it is checked (in slow-path events). */
 #define TCACHE_BUDGET ((size_t)4 << 20)
 #define TCACHE_BUDGET_CHECK 64u
@@ -542,8 +543,8 @@ static uint32_t give_back_after(unsigned cls, void *head, uint32_t keep, uint32_
 static uint32_t big_class_limit(struct tcache *tc, unsigned cls)
 {
     uint32_t max = tcache_bin_max(&tc->bins[cls]), cap = tcache_class_cap(cls);
-    bool burst = events_since(tc, tc->refill_event[cls]) == 1;
-    tc->refill_event[cls] = tc->active_event[cls] = stamp(tc);
+    bool burst = tc->last_refill == cls;
+    tc->active_event[cls] = stamp(tc);
     uint32_t limit = max > cap ? max : cap;
     if (burst) {
         size_t used = tc->burst_bytes, size = sizeclass_size(cls);
@@ -616,6 +617,7 @@ void *tcache_refill(struct tcache *tc, unsigned cls)
         set_max(tc, cls, max);
     }
     tc->dealloc_adjust -= (uint64_t)n * sizeclass_size(cls);
+    tc->last_refill = (uint8_t)cls;
     enforce_budget(tc);
     debug_check(tc);
     return obj;
@@ -627,6 +629,7 @@ void tcache_overflow(struct tcache *tc, unsigned cls, void *obj)
     uint32_t batch = sizeclass_batch(cls), count = tcache_bin_count(bin);
     flush_bin(tc, cls, count < batch ? count : batch, &tc->incarnation);
     tcache_bin_push(bin, obj); /* the flush made room */
+    tc->last_refill = 0;
     uint32_t max = tcache_bin_max(bin);
     if (tc->burst_bytes && big_class(cls) && max > tcache_class_cap(cls)) {
         /* A burst bigger than the stack: what it holds, it keeps until the

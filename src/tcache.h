@@ -166,14 +166,17 @@ struct tcache {
     struct tcache_prof prof;
     /* Slow-path bookkeeping. */
     uint32_t events;                      /* refills + overflows, for budget checks */
+    /* The class of the cache's last slow event if it was a refill, 0 if
+     * an overflow: a big class refilled again right after its own refill
+     * is taken in bulk (bursts, tcache.c). */
+    uint8_t last_refill;
 
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
-    /* `events` at each class's last refill, and at its last refill or
-     * overflow: bursts of big classes (tcache.c).  Their low 16 bits,
-     * compared as differences modulo 2^16 (the record is 384 bytes smaller
-     * than with whole stamps): a class idle for a multiple of 65536 events
-     * looks busy for one budget check, which only puts off its trim by one. */
-    uint16_t refill_event[SA_NUM_CLASSES];
+    /* `events` at each class's last refill or overflow, for the trim of
+     * big classes' bursts (tcache.c).  Its low 16 bits, compared as
+     * differences modulo 2^16 (196 bytes fewer than whole stamps): a class
+     * idle for a multiple of 65536 events looks busy for one budget check,
+     * which only puts off its trim by one. */
     uint16_t active_event[SA_NUM_CLASSES];
     size_t burst_bytes; /* what bursts grew the stacks by, in bytes beyond their caps */
     uint8_t slots_tier[SA_NUM_CLASSES];   /* where each stack's slots are (tcache.c) */

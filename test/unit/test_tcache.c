@@ -243,6 +243,34 @@ static void test_tcache_bursts_across_the_stamps_wrap(void **state)
         bursts_of_big_classes(65536 - before);
 }
 
+/* A burst is a big class refilled right after its own refill.  Its first
+ * refill, after another class's, is none, whatever the cache's event count
+ * (a zeroed stamp once made the cache's second slow event read as one: the
+ * 24 KiB class's stack grew to 4, past its cap of 2). */
+static void test_tcache_first_refill_is_no_burst(void **state)
+{
+    (void)state;
+    unsigned small = sizeclass_of(64), big = sizeclass_of(24576);
+    uint32_t cap = tcache_class_cap(big);
+    for (uint32_t first_event = 0; first_event < 4; first_event++) {
+        struct tcache *tc = tcache_create();
+        tc->events = first_event;
+        void *a = cache_malloc(tc, small);
+        void *b[8];
+        unsigned nb = 0;
+        b[nb++] = cache_malloc(tc, big);
+        while (!tcache_bin_empty(&tc->bins[big]))
+            b[nb++] = tcache_bin_pop(&tc->bins[big]);
+        assert_true(tcache_bin_max(&tc->bins[big]) <= cap);
+        assert_int_equal(tc->burst_bytes, 0);
+        for (unsigned i = 0; i < nb; i++)
+            cache_free(tc, b[i]);
+        cache_free(tc, a);
+        tcache_check(tc);
+        tcache_destroy(tc);
+    }
+}
+
 /* A refill's objects go out in the order the central list hands them
  * (they land on the stack as it gives them, central.h): a fresh span's in
  * ascending addresses, as a program's consecutive allocations are best
@@ -1074,6 +1102,7 @@ int main(void)
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
         cmocka_unit_test(test_tcache_bursts_of_big_classes),
         cmocka_unit_test(test_tcache_bursts_across_the_stamps_wrap),
+        cmocka_unit_test(test_tcache_first_refill_is_no_burst),
         cmocka_unit_test(test_tcache_refill_hands_out_in_address_order),
         cmocka_unit_test(test_tcache_transfer_leaves_objects_untouched),
         cmocka_unit_test(test_tcache_free_leaves_the_object_untouched),
