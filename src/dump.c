@@ -41,6 +41,15 @@
 #define OUT_BUF 65536
 
 SA_BSS_APART static char out_buf[OUT_BUF]; /* under the dump lock */
+/* A dump's other buffers, under the dump lock too: an interval or gdump
+ * dump runs inside malloc() on whatever thread took the sample, whose
+ * stack may be as small as PTHREAD_STACK_MIN (16 KiB, thread descriptor
+ * and TLS included).  On the stack they took 13 KB of it. */
+SA_BSS_APART static struct {
+    char tmp[4200];         /* dump_write's temporary file name */
+    char line[4096 + 128];  /* a line of /proc/self/maps */
+    struct residency_reader reader;
+} scratch;
 
 /* ---- the numbers ---- */
 
@@ -228,20 +237,31 @@ static void write_records(struct outbuf *o, const struct dump_entry *e, size_t n
     }
 }
 
+struct maps_out {
+    struct outbuf *o;
+    bool started; /* the section's heading is out */
+};
+
 static void write_maps_line(const char *line, size_t len, uintptr_t start, uintptr_t end,
                             void *arg)
 {
     (void)start, (void)end;
-    outbuf_bytes(arg, line, len);
-    outbuf_bytes(arg, "\n", 1);
+    struct maps_out *m = arg;
+    if (!m->started) {
+        outbuf_bytes(m->o, "\nMAPPED_LIBRARIES:\n", 19);
+        m->started = true;
+    }
+    outbuf_bytes(m->o, line, len);
+    outbuf_bytes(m->o, "\n", 1);
 }
 
-/* /proc/self/maps, sorted and without overlaps (procmaps.h). */
+/* /proc/self/maps, sorted and without overlaps (procmaps.h); if it cannot
+ * be read, no section at all, its blank line included (the format's rule:
+ * an empty one would say the process had no mappings). */
 static void write_maps(struct outbuf *o)
 {
-    outbuf_bytes(o, "\nMAPPED_LIBRARIES:\n", 19);
-    char line[4096 + 128];
-    procmaps_foreach(line, sizeof(line), write_maps_line, o);
+    struct maps_out m = {o, false};
+    procmaps_foreach(scratch.line, sizeof(scratch.line), write_maps_line, &m);
 }
 
 /* The body: header, totals, records, maps; into `o`. */
@@ -406,16 +426,15 @@ static bool temp_name(const char *path, char *tmp, size_t size)
 
 int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
 {
-    char tmp[4200];
-    if (!temp_name(path, tmp, sizeof(tmp)))
+    char *tmp = scratch.tmp;
+    if (!temp_name(path, tmp, sizeof(scratch.tmp)))
         return -1;
 
     size_t n, bytes;
     struct dump_entry *e = collect(kind, &n, &bytes);
     if (!e)
         return -1;
-    struct residency_reader reader;
-    bool residency = kind != DUMP_PEAK && measure(e, n, &reader);
+    bool residency = kind != DUMP_PEAK && measure(e, n, &scratch.reader);
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     bool failed = fd < 0;

@@ -603,7 +603,9 @@ static const char *read_build_id(const char *file, char *buf, size_t *used, size
         goto out;
     for (unsigned i = 0; i < eh.e_phnum && !id; i++) {
         Elf64_Phdr ph;
-        unsigned char note[1024]; /* build-id notes are tens of bytes */
+        /* Build-id notes are tens of bytes.  Static, as pprof_read_mappings'
+         * line: its callers hold the dump lock. */
+        static unsigned char note[1024];
         if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != sizeof(ph))
             goto out;
         if (ph.p_type != PT_NOTE)
@@ -677,15 +679,18 @@ static void add_mapping(const char *line, size_t len, uintptr_t start, uintptr_t
 
 size_t pprof_read_mappings(struct pprof_mapping *out, size_t cap, char *buf, size_t bufsize)
 {
-    /* Lines longer than `line` (a path near PATH_MAX) are skipped whole. */
-    char line[4096 + 128];
+    /* Lines longer than `line` (a path near PATH_MAX) are skipped whole.
+     * Not on the stack, which may be a small thread's (a dump inside
+     * malloc): the caller holds the dump lock (dump.c; the unit test calls
+     * it alone). */
+    static char line[4096 + 128];
     struct mapping_list l = {out, cap, 0, buf, 0, bufsize};
     if (!procmaps_foreach(line, sizeof(line), add_mapping, &l))
         return 0;
     size_t n = l.n;
 
     /* The main program first (stable: its segments keep their order).  The
-     * line buffer holds its name: the stack may be a small thread's. */
+     * line buffer holds its name. */
     char *exe = line;
     ssize_t k = readlink("/proc/self/exe", exe, sizeof(line) - 1);
     if (k <= 0)

@@ -64,7 +64,8 @@ int pprof_write(int fd, const struct pprof_profile *p, bool gzip);
 /* Reads the executable file-backed mappings of this process from
  * /proc/self/maps into `out` (up to `cap`), main program first; the strings
  * point into `buf` (size `bufsize`).  Returns the count, or 0 if the file
- * cannot be read. */
+ * cannot be read.  Not reentrant (its line buffer is static, off a small
+ * thread's stack): callers hold the dump lock. */
 size_t pprof_read_mappings(struct pprof_mapping *out, size_t cap, char *buf, size_t bufsize);
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32()) of `len` bytes, continuing `crc`

@@ -382,6 +382,46 @@ static void test_prof_automatic_dumps(void **state)
     assert_true(gdumps >= 1);
 }
 
+/* Entries of `dir` whose names hold both `a` and `b`. */
+static int count_names(const char *dir, const char *a, const char *b)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strstr(e->d_name, a) && strstr(e->d_name, b);
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* An interval dump runs inside malloc() on the thread that took the sample:
+ * one with a PTHREAD_STACK_MIN stack too, in both formats, leaving no
+ * temporary file.  The dump's buffers once took 13 KB of the stack (21 KB
+ * with pprof's): the thread crashed in the dump. */
+static void test_prof_interval_dumps_on_a_small_stack(void **state)
+{
+    (void)state;
+    const char *prog = bin_path("prof_small_stack");
+    const char *formats[] = {"heap", "pb.gz"};
+    for (int f = 0; f < 2; f++) {
+        char dir[4200], conf[4400];
+        snprintf(dir, sizeof(dir), "%s/small_stack_%s", tmpdir, formats[f]);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(conf, sizeof(conf), "lg_prof_sample:0,lg_prof_interval:0,prof_format:%s,prof_prefix:%s/ss",
+                 formats[f], dir);
+        static struct run r;
+        run(&r, true, conf, 60, (char *const[]){(char *)prog, NULL});
+        if (r.status)
+            fail_msg("prof_small_stack (%s) ended with %d: %s", formats[f], r.status, r.err);
+        assert_string_equal(r.out, "16 blocks\n");
+        int dumps = count_names(dir, ".i", formats[f]), temporary = count_names(dir, ".tmp", "");
+        fprintf(stderr, "# %s: %d interval dumps, %d temporary files\n", formats[f], dumps, temporary);
+        assert_true(dumps >= 16);
+        assert_int_equal(temporary, 0);
+    }
+}
+
 /* ---- in this process (salloc preloaded) ---- */
 
 
@@ -476,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_prof_fork_with_sampling),
         cmocka_unit_test(test_prof_malformed_conf_warns_and_runs_on),
         cmocka_unit_test(test_prof_automatic_dumps),
+        cmocka_unit_test(test_prof_interval_dumps_on_a_small_stack),
         cmocka_unit_test(test_prof_jeprof_reads_dump),
         cmocka_unit_test(test_prof_go_pprof_reads_pb),
         cmocka_unit_test(test_prof_pprof_thread_label),

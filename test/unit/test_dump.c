@@ -32,7 +32,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dump.h"
@@ -168,6 +170,45 @@ static void test_dump_format_and_bad_paths(void **state)
     assert_int_equal(prof_dump(""), EFAULT);
     assert_int_equal(stat(dump_path, &after), 0);
     assert_int_equal(before.st_size, after.st_size);
+    for (int i = 0; i < 64; i++)
+        free(keep[i]);
+}
+
+/* A process that cannot open /proc/self/maps (here: no descriptor left
+ * after the dump's own file) writes no maps section at all, blank line
+ * included, as the format asks; an empty one once said the process had no
+ * mappings. */
+static void test_dump_without_maps_has_no_section(void **state)
+{
+    (void)state;
+    prof_reset(LG);
+    void *keep[64];
+    for (int i = 0; i < 64; i++)
+        keep[i] = site_exact();
+    unlink(dump_path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        struct rlimit one_file = {4, 4}; /* 0, 1, 2 and the dump's */
+        _exit(setrlimit(RLIMIT_NOFILE, &one_file) == 0 && prof_dump(dump_path) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct estimate e;
+    parse_dump(dump_path, &e);
+    assert_false(e.has_maps);
+    assert_true(e.objects[S_EXACT] > 10);
+    FILE *f = fopen(dump_path, "r");
+    assert_non_null(f);
+    char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    assert_null(strstr(text, "MAPPED_LIBRARIES"));
+    assert_true(n > 2 && text[n - 1] == '\n' && text[n - 2] != '\n'); /* no blank line at the end */
     for (int i = 0; i < 64; i++)
         free(keep[i]);
 }
@@ -445,6 +486,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dump_format_and_bad_paths),
+        cmocka_unit_test(test_dump_without_maps_has_no_section),
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
