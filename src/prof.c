@@ -65,7 +65,7 @@ bool opt_prof_guard = false;
 ssize_t opt_lg_prof_guard_every = -1;
 
 /* ---- run-time state ---- */
-static bool active, thread_active_init, gdump;
+static bool thread_active_init, gdump; /* prof.active is the sampler's switch */
 static uint32_t epoch = 1;       /* prof.reset generation; samples keep theirs */
 static uint64_t alloc_total;     /* bytes allocated, as reported at samples */
 static uint64_t next_interval;   /* alloc_total at which the next .i dump is due */
@@ -157,7 +157,6 @@ static void final_dump(void);
 
 void prof_boot(void)
 {
-    active = opt_prof && opt_prof_active;
     thread_active_init = opt_prof_thread_active_init;
     gdump = opt_prof && opt_prof_gdump;
     memcpy(prefix, opt_prof_prefix, sizeof(prefix));
@@ -165,7 +164,8 @@ void prof_boot(void)
     gdump_high = pageheap_mapped_bytes();
     if (!opt_prof)
         sampler_never_sample();
-    sampler_configure(opt_lg_prof_sample, active);
+    sampler_set_lg(opt_lg_prof_sample);
+    sampler_set_on(opt_prof && opt_prof_active);
     if (!opt_prof)
         return;
     stack_warm_up();
@@ -188,13 +188,12 @@ void prof_thread_init(struct tcache *tc)
 
 /* ---- switches ---- */
 
-bool prof_active_get(void) { return __atomic_load_n(&active, __ATOMIC_RELAXED); }
+bool prof_active_get(void) { return sampler_on(); }
 
 /* Other threads see a change within SAMPLER_CHECKIN bytes of allocation;
  * the thread that made it sees it at once. */
-static void configure(size_t lg, bool on)
+static void refresh_own_thread(void)
 {
-    sampler_configure(lg, on);
     struct tcache *tc = init_current_cache();
     if (tc)
         sampler_refresh(tc);
@@ -204,8 +203,8 @@ void prof_active_set(bool on)
 {
     if (!opt_prof)
         return;
-    __atomic_store_n(&active, on, __ATOMIC_RELAXED);
-    configure(sampler_lg(), on);
+    sampler_set_on(on);
+    refresh_own_thread();
 }
 
 bool prof_thread_active_init_get(void) { return __atomic_load_n(&thread_active_init, __ATOMIC_RELAXED); }
@@ -225,8 +224,10 @@ size_t prof_lg_sample_get(void) { return opt_prof ? sampler_lg() : 0; }
 
 void prof_lg_sample_set(size_t lg)
 {
-    if (opt_prof)
-        configure(lg, prof_active_get());
+    if (!opt_prof)
+        return;
+    sampler_set_lg(lg);
+    refresh_own_thread();
 }
 
 void prof_reset(size_t lg)
@@ -235,7 +236,8 @@ void prof_reset(size_t lg)
         return;
     __atomic_fetch_add(&epoch, 1, __ATOMIC_RELAXED);
     stack_accum_reset();
-    configure(lg, prof_active_get());
+    sampler_set_lg(lg);
+    refresh_own_thread();
 }
 
 uint64_t prof_interval_get(void)

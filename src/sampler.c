@@ -9,18 +9,36 @@
 #include "os.h"
 #include "tcache.h"
 
-static size_t global_lg = 19;
-static bool global_on = true;
+/* The rate's lg in the low byte, "sampling on" in CONF_ON: one word, each
+ * setter changing only its own part with a compare-and-swap, so that
+ * prof.active and prof.lg_sample written at once by two threads keep both
+ * writes (as separate words each setter wrote whole, a write of one could
+ * put back the other's old value). */
+#define CONF_LG_MASK 0xffu
+#define CONF_ON 0x100u
+static uint32_t global_conf = 19 | CONF_ON;
 static uint32_t global_gen = 1;
 
-void sampler_configure(size_t lg, bool on)
+static void conf_update(uint32_t keep, uint32_t set)
 {
-    __atomic_store_n(&global_lg, lg > SAMPLER_MAX_LG ? SAMPLER_MAX_LG : lg, __ATOMIC_RELAXED);
-    __atomic_store_n(&global_on, on, __ATOMIC_RELAXED);
+    uint32_t old = __atomic_load_n(&global_conf, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&global_conf, &old, (old & keep) | set, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    /* After the word: a thread that sees the new generation sees it. */
     __atomic_fetch_add(&global_gen, 1, __ATOMIC_RELEASE);
 }
 
-size_t sampler_lg(void) { return __atomic_load_n(&global_lg, __ATOMIC_RELAXED); }
+void sampler_set_lg(size_t lg)
+{
+    conf_update(CONF_ON, (uint32_t)(lg > SAMPLER_MAX_LG ? SAMPLER_MAX_LG : lg));
+}
+
+void sampler_set_on(bool on) { conf_update(CONF_LG_MASK, on ? CONF_ON : 0); }
+
+size_t sampler_lg(void) { return __atomic_load_n(&global_conf, __ATOMIC_RELAXED) & CONF_LG_MASK; }
+
+bool sampler_on(void) { return __atomic_load_n(&global_conf, __ATOMIC_RELAXED) & CONF_ON; }
 
 /* xorshift64*: fast, 64-bit state, good enough for interval draws. */
 static uint64_t next_random(uint64_t *s)
@@ -122,8 +140,9 @@ static void new_interval(struct tcache *tc)
     uint64_t allocated = tc->prof.alloc_base - (uint64_t)remaining(tc);
     int64_t next = idle_interval;
     tc->prof.rate = 0;
-    if (tc->prof.active && __atomic_load_n(&global_on, __ATOMIC_RELAXED)) {
-        tc->prof.rate = (uint64_t)1 << sampler_lg();
+    uint32_t conf = __atomic_load_n(&global_conf, __ATOMIC_RELAXED);
+    if (tc->prof.active && (conf & CONF_ON)) {
+        tc->prof.rate = (uint64_t)1 << (conf & CONF_LG_MASK);
         /* The variate drawn one interval ahead: nothing waits for the one
          * drawn now (a rare ziggurat edge case's logarithm overlaps the
          * sample's other work), and the intervals stay independent draws. */

