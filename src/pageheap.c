@@ -459,14 +459,14 @@ static bool carve(struct span *s, size_t npages, size_t align_pages)
     uintptr_t at = sa_align_up(s->start, align_pages << SA_PAGE_SHIFT);
     size_t before = (at - s->start) >> SA_PAGE_SHIFT;
     size_t after = s->npages - before - npages;
-    if ((before && !split_off(s, s->start, before)) ||
-        (after && !split_off(s, at + (npages << SA_PAGE_SHIFT), after))) {
-        /* Only the second split can fail after the first succeeded; undo by
-         * letting coalescing glue the pieces back together. */
-        if (before) {
-            s->start = at;
-            s->npages -= before;
-        }
+    if (before && !split_off(s, s->start, before)) {
+        insert_coalesced(s); /* nothing split off */
+        return false;
+    }
+    if (after && !split_off(s, at + (npages << SA_PAGE_SHIFT), after)) {
+        /* The pages before are filed already: the rest joins them again. */
+        s->start = at;
+        s->npages -= before;
         insert_coalesced(s);
         return false;
     }

@@ -11,6 +11,7 @@
 #include "unit.h"
 
 #include "conf.h"
+#include "meta.h"
 
 static int check_after(void **state)
 {
@@ -379,6 +380,43 @@ static void test_pageheap_out_of_memory(void **state)
     pageheap_free(s);
 }
 
+/* An aligned allocation that must split its free span when no record for
+ * the pieces can be had (the metadata chunk spent, mmap refused): NULL, and
+ * every page still counted and on a list.  When the split of the pages
+ * before the aligned run failed, they were once filed nowhere. */
+static void test_pageheap_aligned_carve_without_records(void **state)
+{
+    (void)state;
+    static struct span *held[1 << 16];
+    struct span *big = pageheap_alloc(8192, 1, 0, NULL); /* 64 MiB free afterwards */
+    assert_non_null(big);
+    pageheap_free(big);
+    os_syscalls.mmap = failing_mmap;
+    while (meta_alloc(sizeof(struct span), 64)) /* the metadata chunk runs dry */
+        ;
+    size_t n = 0;
+    struct span *s;
+    while (n < (1u << 16) && (s = pageheap_alloc(1, 1, 0, NULL))) /* and the spare records */
+        held[n++] = s;
+    assert_true(n < (1u << 16));
+    size_t refused = 0;
+    for (size_t align = 2; align <= 4096; align *= 2) {
+        s = pageheap_alloc(1, align, 0, NULL);
+        if (s)
+            held[n++] = s;
+        else
+            refused++;
+        struct pageheap_stats st;
+        pageheap_get_stats(&st);
+        assert_int_equal(st.free_clean + st.free_dirty + st.small + st.large, st.mapped);
+    }
+    os_syscalls.mmap = mmap;
+    assert_true(refused > 0);
+    pageheap_check();
+    while (n)
+        pageheap_free(held[--n]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +432,7 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_recent_spans_go_first_to_the_lists, check_after),
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_into_recent_span, check_after),
         cmocka_unit_test_teardown(test_pageheap_out_of_memory, check_after),
+        cmocka_unit_test_teardown(test_pageheap_aligned_carve_without_records, check_after),
     };
     return cmocka_run_group_tests_name("pageheap", tests, NULL, NULL);
 }
