@@ -301,6 +301,13 @@ static int ctl_decay_ms(const struct ctl_ctx *cx, union ctl_val *old, const unio
         old->zd = pageheap_decay_ms();
     if (new) {
         pageheap_set_decay_ms(new->zd);
+        /* 0 keeps nothing dirty: what the sampled mappings' caches kept
+         * under the old time goes now (their decay passes skip a time of
+         * 0, under which nothing is kept). */
+        if (new->zd == 0) {
+            prof_purge_spares(); /* given back purged: before the cache's purge */
+            sampled_pages_purge();
+        }
         background_decay_changed();
     }
     return 0;

@@ -19,6 +19,7 @@
 #include "dump.h"
 #include "pageheap.h"
 #include "prof.h"
+#include "sampled_pages.h"
 #include "unit.h"
 
 #define SMALL 64                 /* a small sample: one salloc page */
@@ -176,6 +177,29 @@ static void test_no_spare_with_decay_zero(void **state)
     assert_false(page_resident(p)); /* purged on the way back */
 }
 
+/* dirty_decay_ms set to 0 while sampled mappings wait dirty (a shard's
+ * spare, and one in sampled_pages' cache): both purged at once.  Their
+ * decay passes skip a time of 0, so they once stayed until malloc_trim. */
+static void test_decay_set_to_zero_purges_what_waits(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    char *p = sampled_malloc(SMALL), *q = sampled_malloc(SMALL);
+    memset(p, 1, SMALL);
+    memset(q, 1, SMALL);
+    free(p); /* the shard's spare */
+    free(q); /* the spare is taken: the cache's */
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    assert_true(sampled_pages_dirty() > 0);
+    ssize_t zero = 0;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_int_equal(sampled_pages_dirty(), 0);
+    assert_false(page_resident(p));
+    assert_false(page_resident(q));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_spare_is_dirty_and_purged_by_trim),
         cmocka_unit_test(test_spare_decays_when_idle),
         cmocka_unit_test(test_no_spare_with_decay_zero),
+        cmocka_unit_test(test_decay_set_to_zero_purges_what_waits),
     };
     return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
 }
