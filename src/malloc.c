@@ -278,6 +278,14 @@ static bool keeps_small(size_t old, size_t n)
     return n <= old && (n > old / 2 || sizeclass_size(sizeclass_of(n)) == old);
 }
 
+/* The size an allocation aligned to `align` up to 16 asks its class for:
+ * every class from 16 bytes up is 16-aligned, the 8-byte one only
+ * 8-aligned.  free_checking_size works the block out again with it. */
+static size_t size_for_align(size_t align, size_t size)
+{
+    return align == 16 && size < 16 ? 16 : size;
+}
+
 /* ---- opt.check ---- */
 
 /* What a checked free writes into a small block's second word (the first
@@ -325,7 +333,7 @@ SA_SLOW_PATH void free_checking_size(void *p, size_t size, size_t align, const c
         struct request r;
         /* What the request got, or a size its block kept its place for in
          * a realloc (keeps_small). */
-        bool ok = request_for(size, align > 16 ? align : 1, &r) &&
+        bool ok = request_for(size_for_align(align, size), align > 16 ? align : 1, &r) &&
                   (r.usable == usable || (usable <= SA_MAX_SMALL && keeps_small(usable, size)));
         if (!ok)
             sa_fatal("%s(): size %zu does not match the %zu-byte block at %p", fn, size, usable,
@@ -380,8 +388,8 @@ static inline void *alloc_aligned_cached(size_t align, size_t size)
 /* `size` bytes aligned to `align` (a power of two). */
 static void *alloc_aligned(size_t align, size_t size)
 {
-    if (align <= 16) /* every class from 16 up is 16-aligned; 8 is 8-aligned */
-        return fast_malloc(align == 16 && size < 16 ? 16 : size);
+    if (align <= 16)
+        return fast_malloc(size_for_align(align, size));
     void *p = alloc_aligned_cached(align, size);
     return likely(p != NULL) ? p : alloc_slow(size, align, NULL);
 }
@@ -587,13 +595,16 @@ static inline void *move_small_cached(void *p, size_t old, size_t n)
 }
 
 /* Whether large span `s` keeps its place for `n` bytes, as realloc_slow
- * would keep it: its pages are still the right number, or it is no larger
- * than a small block and keeps as one would (a buffer grown a quarter past
- * 28 KiB into a 40 KiB span then takes 80 appends to need 5 pages). */
+ * would keep it: no larger than a small block, it keeps as one would (a
+ * buffer grown a quarter past 28 KiB into a 40 KiB span then takes 80
+ * appends to need 5 pages); else while its pages are still the right
+ * number.  (Its pages alone kept a one-page aligned block for any size up
+ * to a page, where realloc_slow moves one of half a page or less to its
+ * class, and a checked free_sized of that size then aborted.) */
 static inline bool large_keeps(const struct span *s, size_t n)
 {
     size_t old = s->npages << SA_PAGE_SHIFT;
-    return sa_pages_for(n) == s->npages || (old <= SA_MAX_SMALL && keeps_small(old, n));
+    return old <= SA_MAX_SMALL ? keeps_small(old, n) : sa_pages_for(n) == s->npages;
 }
 
 /* realloc's move of a small block to another class (move_small_cached),

@@ -10,7 +10,8 @@
  *     free of the wrong size: "salloc: free(): ..." naming the address,
  *     then abort;
  *   - the sizes a block may be freed with: its request, a realloc that kept
- *     it in place, an aligned request with free_aligned_sized: no abort.
+ *     it in place (a one-page aligned block too), an aligned request with
+ *     free_aligned_sized (aligned to 16 under 16 bytes too): no abort.
  * Always (no option), for sampled blocks (lg_prof_sample:0: every block is
  * sampled): a pointer into one and a double free say so and print the stack
  * that allocated it, with this program's function names (built -rdynamic).
@@ -121,6 +122,11 @@ __attribute__((noinline)) void right_sizes(void)
     free_sized(p, 900);
     p = aligned_alloc(64, 100);
     free_aligned_sized(p, 64, 100);
+    p = aligned_alloc(16, 8); /* a 16-byte block: the 8-byte class is only 8-aligned */
+    free_aligned_sized(p, 16, 8);
+    p = aligned_alloc(16384, 100); /* a page of its own, aligned beyond it */
+    p = realloc(p, 539);           /* moved to its class, or kept for 539 */
+    free_sized(p, 539);
     p = malloc((size_t)1 << 20);
     free_sized(p, (size_t)1 << 20);
     for (int i = 0; i < 100000; i++) { /* and ordinary traffic is undisturbed */
