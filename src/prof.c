@@ -116,8 +116,12 @@ static struct sample_shard {
     struct span *spare_map;
     uint64_t spare_freed_at;
     size_t spare_bytes; /* its length, 0 if none; atomic reads */
+    /* The prof.reset generation its new samples take, and the only one its
+     * part of the live estimate counts (prof_reset moves it on). */
+    uint32_t live_epoch;
 } shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
-    [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES)},
+    [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES),
+                                 .live_epoch = 1},
 };
 
 /* A thread publishes its samples in its own shard (assigned round robin),
@@ -129,10 +133,11 @@ static struct sample_shard *thread_shard(const struct tcache *tc) { return &shar
 /* The shard a record belongs to, wherever it is freed. */
 static struct sample_shard *home(const struct sample *s) { return &shards[s->shard]; }
 
-/* The live estimate (unbiased live bytes, from the samples), in one part
- * per shard, each written only under its shard's lock: a sample and its
- * free change it with a plain store where a locked add would cost as much
- * as the lock again.  Packed, so a sum reads two cache lines. */
+/* The live estimate (unbiased live bytes, from the samples since the last
+ * prof.reset), in one part per shard, each written only under its shard's
+ * lock: a sample and its free change it with a plain store where a locked
+ * add would cost as much as the lock again.  Packed, so a sum reads two
+ * cache lines. */
 static int64_t shard_live[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE);
 
 /* Under sh's lock. */
@@ -230,11 +235,32 @@ void prof_lg_sample_set(size_t lg)
     refresh_own_thread();
 }
 
+/* Forgets the samples taken so far in the live estimate and the peak
+ * snapshot, as dumps forget them.  Each shard moves to epoch `e` under its
+ * lock, so a sample counts in its shard's part exactly when it bears the
+ * shard's epoch; never back, when two resets cross. */
+static void forget_live(uint32_t e)
+{
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
+        struct sample_shard *sh = &shards[i];
+        sa_polled_lock(&sh->lock);
+        if ((int32_t)(e - sh->live_epoch) > 0) {
+            sh->live_epoch = e;
+            __atomic_store_n(&shard_live[i], 0, __ATOMIC_RELAXED);
+        }
+        sa_polled_unlock(&sh->lock);
+    }
+    sa_lock(&peak_lock);
+    peak_len = 0;
+    __atomic_store_n(&peak_mark, 0, __ATOMIC_RELAXED);
+    sa_unlock(&peak_lock);
+}
+
 void prof_reset(size_t lg)
 {
     if (!opt_prof)
         return;
-    __atomic_fetch_add(&epoch, 1, __ATOMIC_RELAXED);
+    forget_live(__atomic_add_fetch(&epoch, 1, __ATOMIC_RELAXED));
     stack_accum_reset();
     sampler_set_lg(lg);
     refresh_own_thread();
@@ -398,7 +424,7 @@ static struct sample *sample_publish_locked(struct sample_shard *sh, const struc
         s->proxy = n->proxy;
         s->span = n->span;
         s->weight = weight;
-        s->epoch = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+        s->epoch = sh->live_epoch;
         s->shard = (uint8_t)(sh - shards);
         s->guarded = n->guarded;
         s->free_stack = NULL;
@@ -431,7 +457,8 @@ static void sample_release_locked(struct sample_shard *sh, struct sample *s, boo
         s->next->prev = s->prev;
     __atomic_store_n(&sh->count, sh->count - 1, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->own_bytes, sh->own_bytes - s->own_bytes, __ATOMIC_RELAXED);
-    shard_live_add(sh, -s->weight);
+    if (s->epoch == sh->live_epoch) /* else forgotten by a reset already */
+        shard_live_add(sh, -s->weight);
     if (!keep) {
         s->next = sh->spare;
         sh->spare = s;
@@ -738,7 +765,8 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     struct sample_shard *shard = home(s);
     int64_t weight = sample_weight(usable, s->rate);
     sa_polled_lock(&shard->lock); /* dumps copy records under it */
-    shard_live_add(shard, weight - s->weight);
+    if (s->epoch == shard->live_epoch)
+        shard_live_add(shard, weight - s->weight);
     s->usable = usable;
     s->map_len = span->npages << SA_PAGE_SHIFT;
     s->weight = weight;
