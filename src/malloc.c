@@ -400,10 +400,8 @@ static bool resize_large(struct span *s, size_t pages)
 {
     if (pages == s->npages)
         return true;
-    if (pages < s->npages) {
-        pageheap_shrink(s, pages);
-        return true;
-    }
+    if (pages < s->npages)
+        return pageheap_shrink(s, pages);
     return pageheap_grow_in_place(s, pages);
 }
 

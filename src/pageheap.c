@@ -583,11 +583,11 @@ size_t pageheap_free_large(void *p)
     return bytes;
 }
 
-void pageheap_shrink(struct span *s, size_t npages)
+bool pageheap_shrink(struct span *s, size_t npages)
 {
     sa_lock(&ph_lock);
     struct span *tail = record_new();
-    if (tail) { /* without a record, keep the tail: correct, just not lean */
+    if (tail) {
         tail->start = s->start + (npages << SA_PAGE_SHIFT);
         tail->npages = s->npages - npages;
         tail->state = SPAN_LARGE;
@@ -596,6 +596,7 @@ void pageheap_shrink(struct span *s, size_t npages)
         free_locked(tail);
     }
     sa_unlock(&ph_lock);
+    return tail != NULL;
 }
 
 bool pageheap_grow_in_place(struct span *s, size_t npages)

@@ -65,8 +65,10 @@ static inline struct span *pageheap_large_span(const void *p)
     return pageheap_is_large_start(s, p) ? s : NULL;
 }
 
-/* Shrinks a large span in place to `npages` (< its length), freeing the tail. */
-void pageheap_shrink(struct span *s, size_t npages);
+/* Shrinks a large span in place to `npages` (< its length), freeing the
+ * tail; false, nothing changed, when there is no record for the tail (out
+ * of memory). */
+bool pageheap_shrink(struct span *s, size_t npages);
 
 /* Grows a large span in place to `npages` (> its length) by taking the start
  * of the free span right after it.  False, changing nothing, if it can't. */
