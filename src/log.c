@@ -4,6 +4,7 @@
  */
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -158,6 +159,8 @@ bool outbuf_fd_sink(void *ctx, const char *data, size_t len)
     int fd = *(int *)ctx;
     while (len) {
         ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR) /* a signal before anything was written */
+            continue;
         if (w <= 0)
             return false;
         data += w;
@@ -170,6 +173,8 @@ static void write_all(const char *s, size_t n)
 {
     while (n) {
         ssize_t w = write(2, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0)
             return;
         s += w;

@@ -32,12 +32,15 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "dump.h"
+#include "log.h"
 #include "prof.h"
 #include "sites.h"
 #include "stack.h"
@@ -211,6 +214,62 @@ static void test_dump_without_maps_has_no_section(void **state)
     assert_true(n > 2 && text[n - 1] == '\n' && text[n - 2] != '\n'); /* no blank line at the end */
     for (int i = 0; i < 64; i++)
         free(keep[i]);
+}
+
+/* A dump's writes go on after a signal that interrupts one (a handler
+ * installed without SA_RESTART, a write blocked on a full pipe, or on NFS):
+ * they once failed the dump.  Here the sink is a pipe whose reader waits
+ * 200 ms, and a timer's signal comes at 50 ms. */
+static void on_alarm(int sig) { (void)sig; }
+
+struct pipe_reader {
+    int fd;
+    size_t got;
+};
+
+static void *read_pipe_later(void *arg)
+{
+    struct pipe_reader *r = arg;
+    struct timespec wait = {0, 200 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+    char buf[4096];
+    ssize_t k;
+    while ((k = read(r->fd, buf, sizeof(buf))) > 0)
+        r->got += (size_t)k;
+    return NULL;
+}
+
+static void test_dump_writes_resume_after_a_signal(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    struct sigaction sa = {.sa_handler = on_alarm}, old_sa; /* no SA_RESTART */
+    assert_int_equal(sigaction(SIGALRM, &sa, &old_sa), 0);
+    struct pipe_reader reader = {fds[0], 0};
+    pthread_t t;
+    sigset_t alarm, old_mask; /* the signal for this thread: the reader's blocks it */
+    sigemptyset(&alarm);
+    sigaddset(&alarm, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &alarm, &old_mask);
+    assert_int_equal(pthread_create(&t, NULL, read_pipe_later, &reader), 0);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    struct itimerval at = {{0, 0}, {0, 50 * 1000}};
+    assert_int_equal(setitimer(ITIMER_REAL, &at, NULL), 0);
+    enum { TOTAL = 256 << 10 };
+    static char chunk[4096], buf[4096]; /* writes of a pipe's atomic size */
+    memset(chunk, 'x', sizeof(chunk));
+    struct outbuf o;
+    outbuf_init(&o, buf, sizeof(buf), outbuf_fd_sink, &fds[1]);
+    for (size_t n = 0; n < TOTAL; n += sizeof(chunk))
+        outbuf_bytes(&o, chunk, sizeof(chunk));
+    bool ok = outbuf_flush(&o);
+    close(fds[1]);
+    pthread_join(t, NULL);
+    close(fds[0]);
+    sigaction(SIGALRM, &old_sa, NULL);
+    assert_true(ok);
+    assert_int_equal(reader.got, TOTAL);
 }
 
 /* One round: allocate the known workload, dump, parse, free. */
@@ -487,6 +546,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dump_format_and_bad_paths),
         cmocka_unit_test(test_dump_without_maps_has_no_section),
+        cmocka_unit_test(test_dump_writes_resume_after_a_signal),
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
