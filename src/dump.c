@@ -380,32 +380,42 @@ static bool write_pprof(int fd, struct dump_entry *e, size_t n, uint64_t rate, e
     return ok;
 }
 
-/* The samples a dump of `kind` shows, in a buffer from os_map (*bytes long). */
+/* The samples a dump of `kind` shows, in a buffer from os_map (*bytes long);
+ * NULL if no buffer could be had. */
 static struct dump_entry *collect(enum dump_kind kind, size_t *count, size_t *bytes)
 {
-    size_t accum_groups = 0;
-    if (kind == DUMP_LIVE)
-        stack_accum_foreach(count_accum, &accum_groups);
-    size_t cap = (kind == DUMP_PEAK ? prof_peak_count() : prof_live_upper_bound()) +
-                 accum_groups + 1024;
-    *bytes = sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
-    struct dump_entry *e = os_map(*bytes, os_page_size());
-    if (!e)
-        return NULL;
-    /* Fault the buffer in now, not page by page during the copy: other
-     * threads wait for the shard lock the copy holds, and a page fault
-     * there can wait in turn for the kernel's mmap lock (a concurrent
-     * munmap).  With 23,000 samples this made the copy 40-65 ms. */
-    for (size_t off = 0; off < *bytes; off += os_page_size())
-        ((volatile char *)e)[off] = 0;
-    size_t n = kind == DUMP_PEAK ? prof_peak_snapshot(e, cap) : prof_snapshot(e, cap);
-    if (kind == DUMP_LIVE) {
-        struct accum_fill fill = {e, n, cap};
-        stack_accum_foreach(add_accum, &fill);
-        n = fill.n;
+    /* The buffer is sized from counts taken before the copy, with room for
+     * `slack` more samples taken meanwhile (threads go on sampling while it
+     * is mapped and faulted in).  A copy that fills it may have left some
+     * out: it is taken again in a bigger one. */
+    for (size_t slack = 1024;; slack *= 8) {
+        size_t accum_groups = 0;
+        if (kind == DUMP_LIVE)
+            stack_accum_foreach(count_accum, &accum_groups);
+        size_t cap = (kind == DUMP_PEAK ? prof_peak_count() : prof_live_upper_bound()) +
+                     accum_groups + slack;
+        *bytes = sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
+        struct dump_entry *e = os_map(*bytes, os_page_size());
+        if (!e)
+            return NULL;
+        /* Fault the buffer in now, not page by page during the copy: other
+         * threads wait for the shard lock the copy holds, and a page fault
+         * there can wait in turn for the kernel's mmap lock (a concurrent
+         * munmap).  With 23,000 samples this made the copy 40-65 ms. */
+        for (size_t off = 0; off < *bytes; off += os_page_size())
+            ((volatile char *)e)[off] = 0;
+        size_t n = kind == DUMP_PEAK ? prof_peak_snapshot(e, cap) : prof_snapshot(e, cap);
+        if (kind == DUMP_LIVE) {
+            struct accum_fill fill = {e, n, cap};
+            stack_accum_foreach(add_accum, &fill);
+            n = fill.n;
+        }
+        if (n < cap) {
+            *count = n;
+            return e;
+        }
+        os_unmap(e, *bytes);
     }
-    *count = n;
-    return e;
 }
 
 /* The temporary file for a dump to `path`, in the same directory (so the

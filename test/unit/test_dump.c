@@ -272,6 +272,66 @@ static void test_dump_writes_resume_after_a_signal(void **state)
     assert_int_equal(reader.got, TOTAL);
 }
 
+/* Samples taken while a dump's buffer is being mapped, more than the room
+ * it leaves for them (1024): all in the dump.  The copy once stopped at the
+ * buffer's end, and the dump left them out and reported success.  The
+ * buffer's mapping is where they come in: the first mmap of the dump. */
+enum { EARLY = 100, LATE = 1100 };
+static void *late_blocks[LATE];
+static bool late_armed;
+
+static void *mmap_after_late_samples(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (late_armed) {
+        late_armed = false;
+        for (int i = 0; i < LATE; i++)
+            late_blocks[i] = malloc(256); /* R = 1 byte: sampled but with e^-256 */
+    }
+    return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* The raw sample count of a heap_v2 dump: its records' "t*: n" summed. */
+static unsigned long long dump_samples(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned long long total = 0, n, s, an, as;
+    bool in_record = false; /* the totals line before the first record is no record's */
+    while (getline(&line, &cap, f) > 0 && strncmp(line, "MAPPED_LIBRARIES:", 17)) {
+        in_record |= line[0] == '@';
+        if (in_record && sscanf(line, "  t*: %llu: %llu [%llu: %llu]", &n, &s, &an, &as) == 4)
+            total += n;
+    }
+    free(line);
+    fclose(f);
+    return total;
+}
+
+static void test_dump_keeps_samples_taken_meanwhile(void **state)
+{
+    (void)state;
+    prof_reset(0); /* R = 1 byte */
+    void *early[EARLY];
+    for (int i = 0; i < EARLY; i++)
+        early[i] = malloc(256);
+    late_armed = true;
+    os_syscalls.mmap = mmap_after_late_samples;
+    int rc = prof_dump(dump_path);
+    os_syscalls.mmap = mmap;
+    assert_int_equal(rc, 0);
+    assert_false(late_armed);
+    size_t live = prof_sample_count();
+    assert_true(live >= EARLY + LATE);
+    assert_int_equal(dump_samples(dump_path), live);
+    for (int i = 0; i < EARLY; i++)
+        free(early[i]);
+    for (int i = 0; i < LATE; i++)
+        free(late_blocks[i]);
+    prof_reset(LG);
+}
+
 /* One round: allocate the known workload, dump, parse, free. */
 static void one_round(struct estimate *e, double truth_obj[NSITES], double truth_bytes[NSITES])
 {
@@ -547,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_dump_format_and_bad_paths),
         cmocka_unit_test(test_dump_without_maps_has_no_section),
         cmocka_unit_test(test_dump_writes_resume_after_a_signal),
+        cmocka_unit_test(test_dump_keeps_samples_taken_meanwhile),
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
