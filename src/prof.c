@@ -734,6 +734,15 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
     return mem;
 }
 
+/* Residency is read per OS page: with transparent huge pages on for all
+ * memory, or asked for this part of the heap (opt.thp), keep the kernel
+ * from backing sampled large span `span` with one. */
+static void small_pages_for(const struct span *span)
+{
+    if (os_thp_always() || pageheap_hugepages_advised())
+        os_nohugepage((void *)span->start, span->npages << SA_PAGE_SHIFT);
+}
+
 bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate,
                       const struct unwind_from *from)
 {
@@ -749,11 +758,7 @@ bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint6
     sa_polled_unlock(&sh->lock);
     if (!s)
         return false;
-    /* Residency is read per OS page: with transparent huge pages on for
-     * all memory, or asked for this part of the heap (opt.thp), keep the
-     * kernel from backing this span with one. */
-    if (os_thp_always() || pageheap_hugepages_advised())
-        os_nohugepage(mem, span->npages << SA_PAGE_SHIFT);
+    small_pages_for(span);
     __atomic_store_n(&span->sample, s, __ATOMIC_RELEASE);
     after_publish(tc, s);
     return true;
@@ -771,6 +776,7 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     s->map_len = span->npages << SA_PAGE_SHIFT;
     s->weight = weight;
     sa_polled_unlock(&shard->lock);
+    small_pages_for(span); /* the pages it grew by too */
     peak_check(live_estimate());
 }
 

@@ -166,28 +166,6 @@ static void test_pageheap_decay(void **state)
     pageheap_set_decay_ms(saved);
 }
 
-/* Whether the kernel's VmFlags for the mapping holding `a` include `flag`
- * (two letters: "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
-static bool vm_flag(uintptr_t a, const char *flag)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    assert_non_null(f);
-    char line[512];
-    bool inside = false, found = false;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-            inside = lo <= a && a < hi;
-        else if (inside && !strncmp(line, "VmFlags:", 8)) {
-            for (char *t = strtok(line + 8, " \n"); t; t = strtok(NULL, " \n"))
-                found |= !strcmp(t, flag);
-            break;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
 /* A span of a chunk mapped for it: 64 MiB spans are taken until the heap
  * maps more (earlier tests leave free chunks behind); the others are
  * given back. */
@@ -223,23 +201,23 @@ static void test_pageheap_transparent_huge_pages(void **state)
         skip(); /* a kernel without transparent huge pages has no such flags */
     assert_string_equal(opt_thp, "auto");
     void *early = malloc(16); /* from the first chunk, never purged yet */
-    assert_false(vm_flag((uintptr_t)early, "hg"));
+    assert_false(unit_vm_flag((uintptr_t)early, "hg"));
     free(early);
     long saved = pageheap_decay_ms();
     pageheap_set_decay_ms(-1); /* purged only when asked */
 
     assert_true(pageheap_mapped_bytes() < (size_t)64 << 20); /* the first chunk */
     struct span *second = span_of_new_chunk(); /* mapped with less than 64 MiB before it */
-    assert_false(vm_flag(second->start, "hg"));
+    assert_false(unit_vm_flag(second->start, "hg"));
     assert_false(pageheap_hugepages_advised());
     struct span *s = span_of_new_chunk(); /* beyond 64 MiB */
     assert_true(pageheap_hugepages_advised());
-    assert_true(vm_flag(s->start, "hg"));
+    assert_true(unit_vm_flag(s->start, "hg"));
     pageheap_free(second);
     pageheap_free(s);
     pageheap_purge();
-    assert_false(vm_flag(s->start, "hg"));
-    assert_true(vm_flag(s->start, "nh"));
+    assert_false(unit_vm_flag(s->start, "hg"));
+    assert_true(unit_vm_flag(s->start, "nh"));
 
     const struct {
         const char *mode;
@@ -248,8 +226,8 @@ static void test_pageheap_transparent_huge_pages(void **state)
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         strcpy(opt_thp, modes[i].mode);
         s = span_of_new_chunk();
-        assert_int_equal(vm_flag(s->start, "hg"), modes[i].hg);
-        assert_int_equal(vm_flag(s->start, "nh"), modes[i].nh);
+        assert_int_equal(unit_vm_flag(s->start, "hg"), modes[i].hg);
+        assert_int_equal(unit_vm_flag(s->start, "nh"), modes[i].nh);
         pageheap_free(s);
     }
     strcpy(opt_thp, "auto");

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "dump.h"
 #include "init.h"
 #include "prof.h"
@@ -246,6 +247,45 @@ static void test_profiles_reset_forgets_the_peak(void **state)
     prof_reset(19);
 }
 
+/* A sampled large block in a chunk asked to have huge pages (opt.thp), grown
+ * in place by realloc: the pages it gains keep small pages too, as its
+ * first ones do, so its residency is read per page.  They once kept the
+ * chunk's advice. */
+static void test_profiles_grown_sample_keeps_small_pages(void **state)
+{
+    (void)state;
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        skip(); /* no such flags without transparent huge pages */
+    enum { MIB = 1 << 20, KEEP = 1024 };
+    static char *held[KEEP];
+    char saved_thp[sizeof(opt_thp)];
+    strcpy(saved_thp, opt_thp);
+    strcpy(opt_thp, "always"); /* chunks mapped from now on ask for huge pages */
+    /* Unsampled 1 MiB blocks until one needs a new chunk: it is the chunk's
+     * first, and its span the only free one of 1 MiB once it is freed. */
+    prof_thread_active_set(false);
+    size_t n = 0, mapped = pageheap_mapped_bytes();
+    while (n < KEEP && pageheap_mapped_bytes() == mapped)
+        held[n++] = malloc(MIB);
+    assert_true(pageheap_mapped_bytes() > mapped);
+    char *first = held[--n];
+    free(first);
+    prof_thread_active_set(true);
+    prof_reset(0); /* R = 1 byte: sampled */
+    char *p = malloc(MIB);
+    assert_true(prof_is_sampled(p));
+    assert_true(unit_vm_flag((uintptr_t)p, "nh"));
+    char *q = realloc(p, 2 * MIB);
+    assert_ptr_equal(q, p); /* grown in place: the chunk's rest is free */
+    assert_true(prof_is_sampled(q));
+    assert_true(unit_vm_flag((uintptr_t)q + MIB + MIB / 2, "nh"));
+    free(q);
+    while (n)
+        free(held[--n]);
+    strcpy(opt_thp, saved_thp);
+    prof_reset(19);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_profiles_fragmentation_fifteen_of_sixteen_freed),
         cmocka_unit_test(test_profiles_peak_shows_the_big_structure),
         cmocka_unit_test(test_profiles_reset_forgets_the_peak),
+        cmocka_unit_test(test_profiles_grown_sample_keeps_small_pages),
     };
     return cmocka_run_group_tests_name("profiles", tests, setup, teardown);
 }

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,28 @@ static inline size_t unit_rss_bytes(void)
         fclose(f);
     }
     return resident * (size_t)os_page_size();
+}
+
+/* Whether the kernel's VmFlags for the mapping holding `a` include `flag`
+ * (two letters: "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
+static inline bool unit_vm_flag(uintptr_t a, const char *flag)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool inside = false, found = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = lo <= a && a < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            for (char *t = strtok(line + 8, " \n"); t; t = strtok(NULL, " \n"))
+                found |= !strcmp(t, flag);
+            break;
+        }
+    }
+    fclose(f);
+    return found;
 }
 
 #endif
