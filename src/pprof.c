@@ -605,7 +605,7 @@ static const char *read_build_id(const char *file, char *buf, size_t *used, size
         Elf64_Phdr ph;
         /* Build-id notes are tens of bytes.  Static, as pprof_read_mappings'
          * line: its callers hold the dump lock. */
-        static unsigned char note[1024];
+        SA_BSS_APART static unsigned char note[1024];
         if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != sizeof(ph))
             goto out;
         if (ph.p_type != PT_NOTE)
@@ -683,7 +683,7 @@ size_t pprof_read_mappings(struct pprof_mapping *out, size_t cap, char *buf, siz
      * Not on the stack, which may be a small thread's (a dump inside
      * malloc): the caller holds the dump lock (dump.c; the unit test calls
      * it alone). */
-    static char line[4096 + 128];
+    SA_BSS_APART static char line[4096 + 128];
     struct mapping_list l = {out, cap, 0, buf, 0, bufsize};
     if (!procmaps_foreach(line, sizeof(line), add_mapping, &l))
         return 0;

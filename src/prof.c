@@ -1001,7 +1001,8 @@ static bool auto_name(char *path, size_t size, char kind, uint64_t *kseq)
 
 static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_kind what)
 {
-    static char name[PROF_PREFIX_MAX + 96]; /* under dump_lock; not on a small thread's stack */
+    /* Under dump_lock; not on a small thread's stack. */
+    SA_BSS_APART static char name[PROF_PREFIX_MAX + 96];
     if (!path) {
         if (!auto_name(name, sizeof(name), kind, kseq))
             return EFAULT;
