@@ -346,17 +346,24 @@ static void test_prof_malformed_conf_warns_and_runs_on(void **state)
     assert_int_equal(lines, 3); /* one line per bad pair */
 }
 
-static int count_files(const char *dir, const char *infix)
+/* Entries of `dir` whose names hold both `a` and `b` and not `not` (if
+ * not NULL). */
+static int count_names(const char *dir, const char *a, const char *b, const char *not)
 {
     DIR *d = opendir(dir);
     int n = 0;
     struct dirent *e;
     while (d && (e = readdir(d)))
-        n += strstr(e->d_name, infix) && strstr(e->d_name, ".heap") &&
-             !strstr(e->d_name, ".tmp.");
+        n += strstr(e->d_name, a) && strstr(e->d_name, b) && !(not && strstr(e->d_name, not));
     if (d)
         closedir(d);
     return n;
+}
+
+/* Finished heap dumps in `dir` whose names hold `infix`. */
+static int count_files(const char *dir, const char *infix)
+{
+    return count_names(dir, infix, ".heap", ".tmp.");
 }
 
 /* prof_final, lg_prof_interval and prof_gdump write <prefix>.<pid>.<seq>.
@@ -382,19 +389,6 @@ static void test_prof_automatic_dumps(void **state)
     assert_true(gdumps >= 1);
 }
 
-/* Entries of `dir` whose names hold both `a` and `b`. */
-static int count_names(const char *dir, const char *a, const char *b)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strstr(e->d_name, a) && strstr(e->d_name, b);
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* An interval dump runs inside malloc() on the thread that took the sample:
  * one with a PTHREAD_STACK_MIN stack too, in both formats, leaving no
  * temporary file.  The dump's buffers once took 13 KB of the stack (21 KB
@@ -415,7 +409,8 @@ static void test_prof_interval_dumps_on_a_small_stack(void **state)
         if (r.status)
             fail_msg("prof_small_stack (%s) ended with %d: %s", formats[f], r.status, r.err);
         assert_string_equal(r.out, "16 blocks\n");
-        int dumps = count_names(dir, ".i", formats[f]), temporary = count_names(dir, ".tmp", "");
+        int dumps = count_names(dir, ".i", formats[f], ".tmp"),
+            temporary = count_names(dir, ".tmp", "", NULL);
         fprintf(stderr, "# %s: %d interval dumps, %d temporary files\n", formats[f], dumps, temporary);
         assert_true(dumps >= 16);
         assert_int_equal(temporary, 0);

@@ -183,16 +183,24 @@ static void test_profiles_fragmentation_fifteen_of_sixteen_freed(void **state)
     prof_reset(19);
 }
 
-static void test_profiles_peak_shows_the_big_structure(void **state)
+enum { BIG = 25, SMALL = 320 }; /* 25 x 8 MiB, 320 x 64 KiB = 20 MiB */
+
+/* The peak tests' 200 MiB structure, built and freed, at R = 64 KiB. */
+static void big_structure_built_and_freed(void)
 {
-    (void)state;
-    enum { BIG = 25, SMALL = 320 }; /* 25 x 8 MiB, 320 x 64 KiB = 20 MiB */
-    static void *big[BIG], *small[SMALL];
+    static void *big[BIG];
     prof_reset(16);
     for (int i = 0; i < BIG; i++)
         big[i] = site_peak_big();
     for (int i = 0; i < BIG; i++)
         free(big[i]);
+}
+
+static void test_profiles_peak_shows_the_big_structure(void **state)
+{
+    (void)state;
+    static void *small[SMALL];
+    big_structure_built_and_freed();
     for (int i = 0; i < SMALL; i++)
         small[i] = site_peak_small();
     struct site_totals pb, ps, cb, cs;
@@ -224,13 +232,8 @@ static void test_profiles_peak_shows_the_big_structure(void **state)
 static void test_profiles_reset_forgets_the_peak(void **state)
 {
     (void)state;
-    enum { BIG = 25, SMALL = 320 };
-    static void *big[BIG], *small[SMALL];
-    prof_reset(16);
-    for (int i = 0; i < BIG; i++)
-        big[i] = site_peak_big();
-    for (int i = 0; i < BIG; i++)
-        free(big[i]);
+    static void *small[SMALL];
+    big_structure_built_and_freed();
     prof_reset(16);
     for (int i = 0; i < SMALL; i++)
         small[i] = site_peak_small();
