@@ -11,6 +11,7 @@
 #include "dump.h"
 #include "guard.h"
 #include "init.h"
+#include "lock.h"
 #include "meta.h"
 #include "pageheap.h"
 #include "tcache.h"
@@ -25,10 +26,14 @@ static void prefork(void)
     central_prefork();
     pageheap_prefork();
     meta_prefork();
+    /* Every lock held: the atfork handlers run after this one may allocate
+     * (lock.h). */
+    sa_in_fork = true;
 }
 
 static void postfork_parent(void)
 {
+    sa_in_fork = false;
     meta_postfork_parent();
     pageheap_postfork_parent();
     central_postfork_parent();
@@ -41,6 +46,7 @@ static void postfork_parent(void)
 
 static void postfork_child(void)
 {
+    sa_in_fork = false;
     meta_postfork_child();
     pageheap_postfork_child();
     central_postfork_child();

@@ -10,10 +10,14 @@
 #include "log.h"
 #include "os.h"
 
+__thread bool sa_in_fork __attribute__((tls_model("initial-exec")));
+
 static __thread unsigned held_ranks __attribute__((tls_model("initial-exec")));
 
 void lock_rank_acquire(enum lock_rank rank)
 {
+    if (sa_in_fork) /* every rank held, by the prepare handler */
+        return;
     if (held_ranks >> rank)
         sa_fatal("lock order violation: taking rank %d while holding mask 0x%x",
                  (int)rank, held_ranks);
@@ -42,6 +46,8 @@ static bool spin_for(sa_lock_t *l)
 
 void sa_lock_contended(sa_lock_t *l)
 {
+    if (sa_in_fork) /* this thread's prepare handler holds it (lock.h) */
+        return;
     if (spin_for(l))
         return;
     /* Sleep, marking the word so the holder's unlock wakes someone.  A
@@ -61,6 +67,8 @@ void sa_lock_contended(sa_lock_t *l)
 
 void sa_polled_lock_contended(sa_polled_lock_t *p)
 {
+    if (sa_in_fork)
+        return;
     sa_lock_t *l = &p->lock;
     uint64_t nap = POLL_NAP_MIN_NS;
     for (unsigned round = 0; !spin_for(l); round++) {
@@ -80,5 +88,7 @@ void sa_lock_wake(sa_lock_t *l)
 
 void lock_rank_release(enum lock_rank rank)
 {
+    if (sa_in_fork)
+        return;
     held_ranks &= ~(1u << rank);
 }

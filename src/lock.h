@@ -64,6 +64,16 @@ typedef struct sa_lock {
 
 #define SA_LOCK_INITIALIZER(r) { LOCK_FREE, (r) }
 
+/* True on a thread that is forking, from the end of salloc's prepare
+ * handler to the start of its parent or child handler (fork.c), while the
+ * thread holds every lock.  Other programs' and libraries' atfork handlers
+ * run then, in an order salloc does not choose (it registers its handlers
+ * at its first allocation, after any registered before), and one that
+ * allocates would wait for a lock its own thread holds.  So that thread's
+ * locks and unlocks pass through: what they guard is its alone, and no
+ * other thread changes it until salloc's handlers release the locks. */
+extern __thread bool sa_in_fork __attribute__((tls_model("initial-exec")));
+
 /* Debug-only bookkeeping of the ranks this thread holds (lock.c). */
 void lock_rank_acquire(enum lock_rank rank);
 void lock_rank_release(enum lock_rank rank);
@@ -91,6 +101,8 @@ static inline void sa_lock_unranked(sa_lock_t *l)
 
 static inline void sa_unlock_unranked(sa_lock_t *l)
 {
+    if (unlikely(sa_in_fork)) /* taken by the prepare handler: kept */
+        return;
     if (unlikely(__atomic_exchange_n(&l->word, LOCK_FREE, __ATOMIC_RELEASE) == LOCK_HELD_WAITERS))
         sa_lock_wake(l);
 }
@@ -153,6 +165,8 @@ static inline void sa_polled_lock_unranked(sa_polled_lock_t *p)
 
 static inline void sa_polled_unlock_unranked(sa_polled_lock_t *p)
 {
+    if (unlikely(sa_in_fork))
+        return;
     __atomic_store_n(&p->lock.word, LOCK_FREE, __ATOMIC_RELEASE);
 }
 

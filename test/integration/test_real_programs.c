@@ -726,6 +726,32 @@ static void test_real_programs_cxx_threads(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* fork_handlers: fork handlers that allocate, registered before salloc's
+ * (lock.h, sa_in_fork).  They once waited forever for the locks salloc's
+ * prepare handler had taken. */
+
+static void test_real_programs_fork_handlers_allocate(void **state)
+{
+    const char *tmp = *state, *lib = salloc_lib();
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/fork_handlers", dir && *dir ? dir : "test/bin");
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("fork_handlers not found at %s (make test/bin/fork_handlers)", bin);
+    char *argv[] = { path, NULL };
+    run_t plain, pre;
+    run_program(argv, tmp, tmp, NULL, NULL, 60, &plain);
+    run_program(argv, tmp, tmp, lib, NULL, 60, &pre);
+    expect_success("fork_handlers (plain)", &plain);
+    expect_success("fork_handlers (preload)", &pre);
+    assert_non_null(strstr(pre.out, "forks: 20 of 20"));
+    run_free(&plain);
+    run_free(&pre);
+    free(path);
+    free(bin);
+}
+
+/* ------------------------------------------------------------------ */
 /* C++'s operator new and delete: salloc defines them (src/cxx_new.c).
  * cxx_new_check runs every form and the out-of-memory cases (bad_alloc,
  * nothrow, new_handler); preloaded it also checks that they are salloc's. */
@@ -756,6 +782,8 @@ static void test_real_programs_cxx_operators(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_real_programs_fork_handlers_allocate,
+                                        tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_cxx_operators,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_preload_reaches_only_children,
