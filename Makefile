@@ -154,6 +154,12 @@ test/bin/prof_sites: test/integration/prof_sites.c | test/bin
 test/bin/prof_sites_nopie: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fno-pie -no-pie -o $@ $< -ldl
 
+test/bin/static_sampling: test/integration/static_sampling.c lib/libsalloc.a | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -static -o $@ $< lib/libsalloc.a -pthread
+
+test/bin/secure_env: test/integration/secure_env.c lib/libsalloc.a | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< lib/libsalloc.a -pthread
+
 test/bin/fork_handlers: test/integration/fork_handlers.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
 
@@ -205,7 +211,8 @@ GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
 BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
-                 test/bin/prof_small_stack test/bin/fork_handlers
+                 test/bin/prof_small_stack test/bin/fork_handlers test/bin/secure_env \
+                 test/bin/static_sampling
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
       bench/bin/callgrind_pair

@@ -9,6 +9,7 @@
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
  */
+#define _GNU_SOURCE /* secure_getenv */
 #include "conf.h"
 
 #include <errno.h>
@@ -198,8 +199,8 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
         *(bool *)o->var = b;
         return V_OK;
     case K_STRING:
-        if (len > PROF_PREFIX_MAX - 1)
-            len = PROF_PREFIX_MAX - 1;
+        if (len > PROF_PREFIX_MAX - 1) /* cut, it would name another path */
+            return V_RANGE;
         memcpy(o->var, v, len);
         ((char *)o->var)[len] = '\0';
         return V_OK;
@@ -310,8 +311,13 @@ int conf_apply(const char *opts, const char *source)
 void conf_init(void)
 {
     const char *names[3] = {"malloc_conf", "MALLOC_CONF", "SALLOC_CONF"};
-    const char *srcs[3] = {&malloc_conf ? malloc_conf : NULL, getenv("MALLOC_CONF"),
-                           getenv("SALLOC_CONF")};
+    /* As glibc ignores its MALLOC_ variables in a set-user-ID or
+     * set-group-ID program (secure execution, AT_SECURE), and jemalloc its
+     * MALLOC_CONF: whoever runs such a program would otherwise choose where
+     * it writes its heap profiles (prof_prefix, prof_final), with its
+     * rights. */
+    const char *srcs[3] = {&malloc_conf ? malloc_conf : NULL, secure_getenv("MALLOC_CONF"),
+                           secure_getenv("SALLOC_CONF")};
     /* confirm_conf applies to every source, so look for it first. */
     for (int i = 0; i < 3; i++)
         parse(srcs[i], true);

@@ -446,7 +446,12 @@ int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
         return -1;
     bool residency = kind != DUMP_PEAK && measure(e, n, &scratch.reader);
 
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file of our own: never through a link someone planted at the
+     * temporary name (a program that writes dumps where others can write,
+     * or a stale one of ours, removed first), so a dump cannot write over
+     * a file it was not asked to. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     bool failed = fd < 0;
     if (!failed) {
         if (ends_with(path, ".pb") || ends_with(path, ".pb.gz")) {

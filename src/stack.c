@@ -7,6 +7,7 @@
 
 #include <execinfo.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "lock.h"
 #include "log.h"
@@ -45,8 +46,10 @@ int stack_in_salloc(const void *addr)
     return (const char *)addr >= __start_salloc_text && (const char *)addr < __stop_salloc_text;
 }
 
-/* opt.prof_unwind, read once at start-up. */
-static enum { WALK_FAST, WALK_LIBGCC, WALK_CHECK } walker;
+/* opt.prof_unwind, read once at start-up; WALK_DEFERRED until libc has
+ * started in a static executable (stack_warm_up). */
+enum walk { WALK_FAST, WALK_LIBGCC, WALK_CHECK, WALK_DEFERRED };
+static enum walk walker, walker_chosen;
 static uint64_t truncated, mismatches; /* relaxed atomics */
 
 /* Frames above salloc's own: the index of the first one not in salloc. */
@@ -94,6 +97,8 @@ unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsig
 {
     void *raw[STACK_MAX_DEPTH + 16];
     int n;
+    if (unlikely(walker == WALK_DEFERRED))
+        return 0;
     if (walker == WALK_LIBGCC) {
         n = backtrace(raw, STACK_MAX_DEPTH + 16);
     } else {
@@ -130,6 +135,17 @@ void stack_warm_up(void)
     walker = !strcmp(opt_prof_unwind, "libgcc") ? WALK_LIBGCC
              : !strcmp(opt_prof_unwind, "check") ? WALK_CHECK
                                                  : WALK_FAST;
+    /* A static executable (no program interpreter: AT_BASE 0) sets up
+     * salloc at glibc's own start-up, whose first allocations come before
+     * the loader's object lookup (_dl_find_object), which the walker and
+     * libgcc's both use, is ready: a sample then read it half made and
+     * crashed.  Stacks wait for salloc's constructor, which runs after;
+     * samples due before fail (prof.samples_failed). */
+    if (getauxval(AT_BASE) == 0) {
+        walker_chosen = walker;
+        walker = WALK_DEFERRED;
+        return;
+    }
     /* backtrace() loads libgcc on its first call: now, never first inside
      * a sample.  The fast walker needs no warming up.  A walk here would
      * only read the unwind tables of whatever code made the first
@@ -140,6 +156,17 @@ void stack_warm_up(void)
     if (walker != WALK_FAST) {
         void *frames[4];
         backtrace(frames, 4);
+    }
+}
+
+__attribute__((constructor)) static void walk_after_libc_start(void)
+{
+    if (walker == WALK_DEFERRED) {
+        walker = walker_chosen;
+        if (walker != WALK_FAST) { /* as stack_warm_up, now */
+            void *frames[4];
+            backtrace(frames, 4);
+        }
     }
 }
 
@@ -167,6 +194,8 @@ static struct prof_stack *find(struct prof_stack *head, uint64_t h, void *const 
 
 struct prof_stack *stack_intern(void *const *frames, unsigned depth)
 {
+    if (depth == 0) /* no stack to record (walks deferred, stack_capture) */
+        return NULL;
     uint64_t h = hash_frames(frames, depth);
     struct prof_stack **chain = chain_of(h);
     /* Most samples come from stacks seen before: no lock for those. */

@@ -45,7 +45,8 @@ struct prof_stack {
 /* The calling thread's stack above salloc, up to `max` frames: by the
  * cached walker (unwind.h), kept as far as it got if it cannot finish; by
  * backtrace() when opt.prof_unwind is "libgcc"; "check" runs both, compares
- * them and keeps backtrace()'s when the walker did not finish. */
+ * them and keeps backtrace()'s when the walker did not finish.  None (0)
+ * in a static executable before salloc's constructor (stack.c). */
 unsigned stack_capture(void **frames, unsigned max);
 /* The same, the walker starting at `from` (unwind.h), a frame inside
  * salloc, rather than stepping through the profiler's frames under it.
@@ -61,7 +62,8 @@ bool stack_capture_would_replay(const struct unwind_from *from);
 uint64_t stack_unwind_truncated(void);
 uint64_t stack_unwind_mismatches(void);
 
-/* The one record for this stack, created on first sight; NULL on ENOMEM. */
+/* The one record for this stack, created on first sight; NULL on ENOMEM
+ * or for no frames at all. */
 struct prof_stack *stack_intern(void *const *frames, unsigned depth);
 
 /* Counts one more sample of (usable, rate) on `st` for prof.accum. */

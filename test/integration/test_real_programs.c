@@ -752,6 +752,75 @@ static void test_real_programs_fork_handlers_allocate(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* secure_env: SALLOC_CONF and MALLOC_CONF count in a program run plainly,
+ * not in one run set-user-ID (secure execution), as glibc's MALLOC_
+ * variables do not: whoever ran it would choose where it writes heap
+ * profiles, with its rights.  The set-user-ID run needs root (to give the
+ * copy to nobody) and a file system that honours the bit: it says so and
+ * stops short where it cannot. */
+
+static void test_real_programs_secure_execution_ignores_options(void **state)
+{
+    const char *tmp = *state;
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/secure_env", dir && *dir ? dir : "test/bin");
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("secure_env not found at %s (make test/bin/secure_env)", bin);
+    char *extra[] = { "SALLOC_CONF=lg_prof_sample:7", "MALLOC_CONF=lg_prof_sample:7", NULL };
+    char *argv[] = { path, NULL };
+    run_t plain;
+    run_program(argv, tmp, tmp, NULL, extra, 30, &plain);
+    expect_success("secure_env (plain)", &plain);
+    assert_string_equal(plain.out, "secure 0 lg 7\n");
+    run_free(&plain);
+
+    char *copy = xasprintf("%s/secure_env", tmp), *cmd = xasprintf("cp %s %s", path, copy);
+    assert_int_equal(system(cmd), 0);
+    if (geteuid() != 0 || chown(copy, 65534, 65534) != 0 || chmod(copy, 04755) != 0) {
+        fprintf(stderr, "secure_env: not root: no set-user-ID run\n");
+    } else {
+        char *copy_argv[] = { copy, NULL };
+        run_t setuid_run;
+        run_program(copy_argv, "/", tmp, NULL, extra, 30, &setuid_run);
+        expect_success("secure_env (set-user-ID)", &setuid_run);
+        if (strncmp(setuid_run.out, "secure 1", 8) != 0)
+            fprintf(stderr, "secure_env: the set-user-ID bit was not honoured here (%s)\n",
+                    setuid_run.out);
+        else
+            assert_string_equal(setuid_run.out, "secure 1 lg 19\n");
+        run_free(&setuid_run);
+    }
+    free(cmd), free(copy), free(path), free(bin);
+}
+
+/* ------------------------------------------------------------------ */
+/* static_sampling: a fully static executable sampling every allocation
+ * from its first, glibc's start-up's.  Those once walked the stack with
+ * the loader's lookup not ready yet and crashed (20 runs in 20); now they
+ * fail, counted, and main's are sampled. */
+
+static void test_real_programs_static_executable_samples(void **state)
+{
+    const char *tmp = *state;
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/static_sampling", dir && *dir ? dir : "test/bin");
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("static_sampling not found at %s (make test/bin/static_sampling)", bin);
+    char *extra[] = { "SALLOC_CONF=lg_prof_sample:0", NULL };
+    char *argv[] = { path, NULL };
+    for (int i = 0; i < 5; i++) {
+        run_t r;
+        run_program(argv, tmp, tmp, NULL, extra, 30, &r);
+        expect_success("static_sampling", &r);
+        assert_non_null(strstr(r.out, "live 100 "));
+        run_free(&r);
+    }
+    free(path), free(bin);
+}
+
+/* ------------------------------------------------------------------ */
 /* C++'s operator new and delete: salloc defines them (src/cxx_new.c).
  * cxx_new_check runs every form and the out-of-memory cases (bad_alloc,
  * nothrow, new_handler); preloaded it also checks that they are salloc's. */
@@ -783,6 +852,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_real_programs_fork_handlers_allocate,
+                                        tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_real_programs_secure_execution_ignores_options,
+                                        tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_real_programs_static_executable_samples,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_cxx_operators,
                                         tmpdir_setup, tmpdir_teardown),

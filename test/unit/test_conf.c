@@ -158,11 +158,19 @@ static void test_conf_integers_and_clipping(void **state)
     assert_int_equal(apply("lg_prof_interval:63,dirty_decay_ms:-1"), 0);
     assert_int_equal(opt_lg_prof_interval, 63);
     assert_int_equal(pageheap_decay_ms(), -1);
-    /* prof_prefix: copied and truncated to PROF_PREFIX_MAX - 1 bytes. */
-    static char longer[PROF_PREFIX_MAX + 100] = "prof_prefix:";
-    memset(longer + 12, 'a', PROF_PREFIX_MAX + 50);
-    assert_int_equal(apply(longer), 0);
+    /* prof_prefix: up to PROF_PREFIX_MAX - 1 bytes; a longer one, cut,
+     * would name another path: refused, the prefix unchanged (it was once
+     * cut silently). */
+    static char longest[PROF_PREFIX_MAX + 100] = "prof_prefix:";
+    memset(longest + 12, 'a', PROF_PREFIX_MAX - 1);
+    assert_int_equal(apply(longest), 0);
     assert_int_equal(strlen(opt_prof_prefix), PROF_PREFIX_MAX - 1);
+    assert_int_equal(apply("prof_prefix:/tmp/x"), 0);
+    longest[12 + PROF_PREFIX_MAX - 1] = 'a';
+    out[0] = '\0';
+    assert_int_equal(apply(longest), 1);
+    assert_string_equal(opt_prof_prefix, "/tmp/x");
+    assert_non_null(strstr(out, "<salloc>: Out-of-range conf value: prof_prefix:aaaa"));
     assert_int_equal(apply("prof_prefix:"), 0);
     assert_string_equal(opt_prof_prefix, "");
 }

@@ -177,6 +177,35 @@ static void test_dump_format_and_bad_paths(void **state)
         free(keep[i]);
 }
 
+/* A link planted at a dump's temporary name (<path>.tmp.<pid>) is not
+ * followed: the file it names keeps its contents, and the dump lands at
+ * the path.  The temporary was once opened through it and truncated. */
+static void test_dump_temporary_name_link_not_followed(void **state)
+{
+    (void)state;
+    char victim[300], tmp[300];
+    snprintf(victim, sizeof(victim), "%s.victim", dump_path);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", dump_path, (int)getpid());
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("victim\n", f);
+    fclose(f);
+    unlink(tmp);
+    assert_int_equal(symlink(victim, tmp), 0);
+    assert_int_equal(prof_dump(dump_path), 0);
+    char text[16] = "";
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    assert_string_equal(text, "victim\n");
+    struct stat st;
+    assert_int_equal(lstat(dump_path, &st), 0);
+    assert_true(S_ISREG(st.st_mode)); /* the dump, not the link renamed */
+    assert_int_equal(lstat(tmp, &st), -1);
+    unlink(victim);
+}
+
 /* A process that cannot open /proc/self/maps (here: no descriptor left
  * after the dump's own file) writes no maps section at all, blank line
  * included, as the format asks; an empty one once said the process had no
@@ -606,6 +635,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dump_format_and_bad_paths),
         cmocka_unit_test(test_dump_without_maps_has_no_section),
+        cmocka_unit_test(test_dump_temporary_name_link_not_followed),
         cmocka_unit_test(test_dump_writes_resume_after_a_signal),
         cmocka_unit_test(test_dump_keeps_samples_taken_meanwhile),
         cmocka_unit_test(test_dump_unbiased_end_to_end),
