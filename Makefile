@@ -160,6 +160,9 @@ test/bin/static_sampling: test/integration/static_sampling.c lib/libsalloc.a | t
 test/bin/secure_env: test/integration/secure_env.c lib/libsalloc.a | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< lib/libsalloc.a -pthread
 
+test/bin/small_stack_coroutine: test/integration/small_stack_coroutine.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+
 test/bin/fork_handlers: test/integration/fork_handlers.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
 
@@ -212,7 +215,7 @@ BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
                  test/bin/prof_small_stack test/bin/fork_handlers test/bin/secure_env \
-                 test/bin/static_sampling
+                 test/bin/static_sampling test/bin/small_stack_coroutine
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
       bench/bin/callgrind_pair

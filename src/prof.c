@@ -592,8 +592,8 @@ static struct span *lock_with_mapping(struct sample_shard *sh, size_t len, size_
 /* The calling thread's stack, walked from here (no memo), interned. */
 static struct prof_stack *walk_and_intern(void)
 {
-    void *frames[STACK_MAX_DEPTH];
-    unsigned depth = stack_capture(frames, STACK_MAX_DEPTH);
+    void *frames[STACK_WALK_SLOTS];
+    unsigned depth = stack_capture(frames);
     return stack_intern(frames, depth);
 }
 
@@ -610,8 +610,8 @@ static struct prof_stack *walk_and_intern_memo(struct tcache *tc, const struct u
     /* Walked afresh (or replayed with no record yet): interned, and kept
      * as the memo's record if the memo now holds these frames. */
     m->last = UNWIND_MEMO_UNUSED; /* stays so if stack.c walks without it */
-    void *frames[STACK_MAX_DEPTH];
-    unsigned depth = stack_capture_from(&mine, frames, STACK_MAX_DEPTH);
+    void *frames[STACK_WALK_SLOTS];
+    unsigned depth = stack_capture_from(&mine, frames);
     struct prof_stack *st = stack_intern(frames, depth);
     if (m->last != UNWIND_MEMO_UNUSED)
         tc->prof.memo_stack = st;

@@ -63,14 +63,16 @@ static int first_outside(void *const *raw, int n)
 
 /* opt.prof_unwind:check: the walker's stack against backtrace()'s, for
  * the frames above salloc (salloc's own frames differ by the function that
- * called each).  The first few disagreements are reported, all counted. */
-static void check_against_libgcc(void *const *raw, int n)
+ * called each).  The first few disagreements are reported, all counted.
+ * Out of line: its buffer, inlined, was on every sample's stack (1.1 KB of
+ * a sampled malloc's, which may run on a small signal or coroutine stack). */
+__attribute__((noinline)) static void check_against_libgcc(void *const *raw, int n)
 {
-    void *ref[STACK_MAX_DEPTH + 16];
-    int m = backtrace(ref, STACK_MAX_DEPTH + 16);
+    void *ref[STACK_WALK_SLOTS];
+    int m = backtrace(ref, STACK_WALK_SLOTS);
     int a = first_outside(raw, n), b = first_outside(ref, m);
     int len = n - a < m - b ? n - a : m - b;
-    bool full = n == STACK_MAX_DEPTH + 16 || m == STACK_MAX_DEPTH + 16; /* truncated */
+    bool full = n == STACK_WALK_SLOTS || m == STACK_WALK_SLOTS; /* truncated */
     int bad = full || n - a == m - b ? -1 : len;
     for (int i = 0; i < len && bad < 0; i++)
         if (raw[a + i] != ref[b + i])
@@ -88,43 +90,43 @@ static void check_against_libgcc(void *const *raw, int n)
  * loader lock held by a thread that waits for this one; loaded at start-up
  * it costs every process about 300 KiB of resident memory for a case the
  * walker never meets in practice (a CFA expression, a frame over 1 MiB). */
-unsigned stack_capture(void **frames, unsigned max)
+unsigned stack_capture(void **frames)
 {
-    return stack_capture_from(NULL, frames, max);
+    return stack_capture_from(NULL, frames);
 }
 
-unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsigned max)
+unsigned stack_capture_from(const struct unwind_from *from, void **frames)
 {
-    void *raw[STACK_MAX_DEPTH + 16];
+    void **raw = frames; /* the walk in place, salloc's frames dropped below */
     int n;
     if (unlikely(walker == WALK_DEFERRED))
         return 0;
     if (walker == WALK_LIBGCC) {
-        n = backtrace(raw, STACK_MAX_DEPTH + 16);
+        n = backtrace(raw, STACK_WALK_SLOTS);
     } else {
         bool complete;
         n = (int)(from && from->pc && walker == WALK_FAST
-                      ? unwind_capture_from(from, raw, STACK_MAX_DEPTH + 16, &complete)
-                      : unwind_capture(raw, STACK_MAX_DEPTH + 16, &complete));
+                      ? unwind_capture_from(from, raw, STACK_WALK_SLOTS, &complete)
+                      : unwind_capture(raw, STACK_WALK_SLOTS, &complete));
         if (!complete) {
             __atomic_fetch_add(&truncated, 1, __ATOMIC_RELAXED);
             if (walker == WALK_CHECK)
-                n = backtrace(raw, STACK_MAX_DEPTH + 16);
+                n = backtrace(raw, STACK_WALK_SLOTS);
         } else if (walker == WALK_CHECK) {
             check_against_libgcc(raw, n);
         }
     }
     int first = first_outside(raw, n);
     unsigned depth = (unsigned)(n - first);
-    if (depth > max)
-        depth = max;
-    memcpy(frames, raw + first, depth * sizeof(void *));
+    if (depth > STACK_MAX_DEPTH)
+        depth = STACK_MAX_DEPTH;
+    memmove(frames, raw + first, depth * sizeof(void *));
     return depth;
 }
 
 bool stack_capture_would_replay(const struct unwind_from *from)
 {
-    return walker == WALK_FAST && unwind_memo_replays(from, STACK_MAX_DEPTH + 16);
+    return walker == WALK_FAST && unwind_memo_replays(from, STACK_WALK_SLOTS);
 }
 
 uint64_t stack_unwind_truncated(void) { return __atomic_load_n(&truncated, __ATOMIC_RELAXED); }

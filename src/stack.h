@@ -25,6 +25,11 @@
 #include <stdint.h>
 
 #define STACK_MAX_DEPTH 128
+/* The frames a walk takes: a whole stack's and salloc's own under it,
+ * which stack_capture drops.  The caller's array holds them all, so that
+ * a sample keeps one array on its stack, not two (it may run on a small
+ * signal or coroutine stack). */
+#define STACK_WALK_SLOTS (STACK_MAX_DEPTH + 16)
 
 /* Allocated-ever counts of one (usable size, rate) group of a stack. */
 struct stack_accum {
@@ -42,17 +47,18 @@ struct prof_stack {
     void *frames[];            /* return addresses, leaf (innermost) first */
 };
 
-/* The calling thread's stack above salloc, up to `max` frames: by the
- * cached walker (unwind.h), kept as far as it got if it cannot finish; by
- * backtrace() when opt.prof_unwind is "libgcc"; "check" runs both, compares
- * them and keeps backtrace()'s when the walker did not finish.  None (0)
- * in a static executable before salloc's constructor (stack.c). */
-unsigned stack_capture(void **frames, unsigned max);
+/* The calling thread's stack above salloc, up to STACK_MAX_DEPTH frames,
+ * at the start of `frames` (STACK_WALK_SLOTS long): by the cached walker
+ * (unwind.h), kept as far as it got if it cannot finish; by backtrace()
+ * when opt.prof_unwind is "libgcc"; "check" runs both, compares them and
+ * keeps backtrace()'s when the walker did not finish.  None (0) in a
+ * static executable before salloc's constructor (stack.c). */
+unsigned stack_capture(void **frames);
 /* The same, the walker starting at `from` (unwind.h), a frame inside
  * salloc, rather than stepping through the profiler's frames under it.
  * "libgcc" and "check" ignore it (check compares whole walks). */
 struct unwind_from;
-unsigned stack_capture_from(const struct unwind_from *from, void **frames, unsigned max);
+unsigned stack_capture_from(const struct unwind_from *from, void **frames);
 /* Whether stack_capture_from(from, ...) would replay from->memo's walk
  * (unwind_memo_replays): the frames would be those the memo gave last. */
 bool stack_capture_would_replay(const struct unwind_from *from);

@@ -599,6 +599,14 @@ static void restore_reg(struct row *r, const struct program *pg, uint64_t reg)
         r->ra = pg->initial->ra;
 }
 
+/* A factored offset times the CIE's data alignment, wrapping as the
+ * unsigned product does: a table's numbers are anything (signed overflow
+ * would be undefined), and rule_of_row refuses what makes no sense. */
+static int64_t scaled(uint64_t factored, int64_t align)
+{
+    return (int64_t)(factored * (uint64_t)align);
+}
+
 /* Runs the instructions of `c` from address `loc`, stopping before the
  * first advance past pg->target.  False on malformed or unknown input. */
 static bool run_program(struct cursor *c, const struct program *pg, uintptr_t loc, struct row *r)
@@ -611,7 +619,7 @@ static bool run_program(struct cursor *c, const struct program *pg, uintptr_t lo
         uint64_t reg, delta = 0;
         switch (op & 0xc0 ? op & 0xc0 : op) {
         case 0x40: delta = arg; break;                                   /* advance_loc */
-        case 0x80: set_reg(r, ci, arg, OFFSET, (int64_t)read_uleb(c) * ci->data_align); break;
+        case 0x80: set_reg(r, ci, arg, OFFSET, scaled(read_uleb(c), ci->data_align)); break;
         case 0xc0: restore_reg(r, pg, arg); break;                       /* restore */
         case 0x00: break;                                                /* nop */
         case 0x01: /* set_loc */
@@ -624,7 +632,7 @@ static bool run_program(struct cursor *c, const struct program *pg, uintptr_t lo
         case 0x04: delta = read_fixed(c, 4); break;                      /* advance_loc4 */
         case 0x05: /* offset_extended */
             reg = read_uleb(c);
-            set_reg(r, ci, reg, OFFSET, (int64_t)read_uleb(c) * ci->data_align);
+            set_reg(r, ci, reg, OFFSET, scaled(read_uleb(c), ci->data_align));
             break;
         case 0x06: restore_reg(r, pg, read_uleb(c)); break;              /* restore_extended */
         case 0x07: set_reg(r, ci, read_uleb(c), UNDEFINED, 0); break;    /* undefined */
@@ -665,14 +673,16 @@ static bool run_program(struct cursor *c, const struct program *pg, uintptr_t lo
         }
         case 0x11: /* offset_extended_sf */
             reg = read_uleb(c);
-            set_reg(r, ci, reg, OFFSET, read_sleb(c) * ci->data_align);
+            set_reg(r, ci, reg, OFFSET, scaled((uint64_t)read_sleb(c), ci->data_align));
             break;
         case 0x12: /* def_cfa_sf */
             r->cfa_reg = read_uleb(c);
-            r->cfa_off = read_sleb(c) * ci->data_align;
+            r->cfa_off = scaled((uint64_t)read_sleb(c), ci->data_align);
             r->cfa_expr = false;
             break;
-        case 0x13: r->cfa_off = read_sleb(c) * ci->data_align; break;    /* def_cfa_offset_sf */
+        case 0x13: /* def_cfa_offset_sf */
+            r->cfa_off = scaled((uint64_t)read_sleb(c), ci->data_align);
+            break;
         case 0x14: /* val_offset */
             reg = read_uleb(c);
             read_uleb(c);
@@ -686,7 +696,7 @@ static bool run_program(struct cursor *c, const struct program *pg, uintptr_t lo
         case 0x2e: read_uleb(c); break;                                  /* GNU_args_size */
         case 0x2f: /* GNU_negative_offset_extended */
             reg = read_uleb(c);
-            set_reg(r, ci, reg, OFFSET, -(int64_t)read_uleb(c) * ci->data_align);
+            set_reg(r, ci, reg, OFFSET, scaled(0 - read_uleb(c), ci->data_align));
             break;
         default:
             return false;
@@ -711,7 +721,7 @@ static uint32_t rule_of_row(const struct row *r, const struct cie *ci)
         return RULE_GIVE_UP;
     uint32_t slot = 0;
     if (r->rbp.how == OFFSET) {
-        if (r->rbp.off >= 0 || r->rbp.off % 8 || -r->rbp.off / 8 > 0xff)
+        if (r->rbp.off >= 0 || r->rbp.off % 8 || r->rbp.off < -8 * 0xff)
             return RULE_GIVE_UP;
         slot = (uint32_t)(-r->rbp.off / 8);
     } else if (r->rbp.how != SAME) {
@@ -721,25 +731,25 @@ static uint32_t rule_of_row(const struct row *r, const struct cie *ci)
            (uint32_t)r->cfa_off << 12;
 }
 
-/* The rule for code address `pc`, from the object's .eh_frame. */
-static uint32_t compute_rule(uintptr_t pc)
+/* The rule for code address `pc` in object `o`, from its .eh_frame. */
+static uint32_t rule_in_object(const struct object *o, uintptr_t pc)
 {
-    count(&stats.misses);
-    struct object o = {.pc = pc};
-    uintptr_t fde_at = object_at(&o) ? find_fde(&o, pc) : 0;
+    uintptr_t fde_at = find_fde(o, pc);
     if (!fde_at)
         return RULE_END; /* no unwind information: the stack ends here, as for libgcc */
-    struct cursor c = record_at(&o, fde_at);
+    struct cursor c = record_at(o, fde_at);
     uintptr_t cie_field = (uintptr_t)c.p;
     uint32_t cie_off = (uint32_t)read_fixed(&c, 4);
     struct cie ci;
-    if (c.bad || cie_off == 0 || !parse_cie(&o, cie_field - cie_off, &ci))
+    if (c.bad || cie_off == 0 || !parse_cie(o, cie_field - cie_off, &ci))
         return RULE_GIVE_UP;
     uintptr_t begin = read_encoded(&c, ci.fde_enc, 0);
     uintptr_t range = read_encoded(&c, ci.fde_enc & 0x0f, 0);
     if (ci.has_aug_data) {
         uint64_t len = read_uleb(&c);
-        c.p += len <= (uint64_t)(c.end - c.p) ? len : 0;
+        if (len > (uint64_t)(c.end - c.p)) /* past the record: not run as instructions */
+            return RULE_GIVE_UP;
+        c.p += len;
     }
     if (c.bad)
         return RULE_GIVE_UP;
@@ -758,6 +768,21 @@ static uint32_t compute_rule(uintptr_t pc)
         return RULE_GIVE_UP;
     return rule_of_row(&r, &ci);
 }
+
+/* The rule for code address `pc`, from the .eh_frame of the object that
+ * holds it; *held (if not NULL) says whether a loaded object does (else
+ * the rule is RULE_END, true only while nothing is loaded there). */
+static uint32_t compute_rule_held(uintptr_t pc, bool *held)
+{
+    count(&stats.misses);
+    struct object o = {.pc = pc};
+    bool found = object_at(&o);
+    if (held)
+        *held = found;
+    return found ? rule_in_object(&o, pc) : RULE_END;
+}
+
+static uint32_t compute_rule(uintptr_t pc) { return compute_rule_held(pc, NULL); }
 
 bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
                           uint32_t *rbp_slot)
@@ -941,8 +966,15 @@ static uint32_t rule_for(struct walk_state *w, uintptr_t pc)
         return RULE_END; /* no object holds it: no unwind information */
     uint32_t rule = cache_get(pc, tag);
     if (rule == RULE_EMPTY) {
-        rule = compute_rule(pc);
-        cache_put(pc, tag, rule);
+        bool held;
+        rule = compute_rule_held(pc, &held);
+        /* Without _dl_find_object the tag is the unload count, which a
+         * dlopen() into the same place leaves alone: the end a PC that no
+         * object holds gives is not kept, nor a memo of a walk through it. */
+        if (held)
+            cache_put(pc, tag, rule);
+        else
+            w->unkept = true;
     }
     return rule;
 }

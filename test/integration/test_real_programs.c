@@ -821,6 +821,33 @@ static void test_real_programs_static_executable_samples(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* small_stack_coroutine: a sampled malloc on a 4.5 KiB coroutine stack.
+ * A sample once kept two frame arrays and backtrace()'s third on the stack
+ * (3.3 KB) and needed 5.5 KiB of it; it needs 3.5 KiB now (glibc's malloc
+ * 2.5). */
+
+static void test_real_programs_sampling_on_a_small_stack(void **state)
+{
+    const char *tmp = *state, *lib = salloc_lib();
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/small_stack_coroutine", dir && *dir ? dir : "test/bin");
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("small_stack_coroutine not found at %s (make test/bin/small_stack_coroutine)", bin);
+    char *extra[] = { "SALLOC_CONF=lg_prof_sample:0", NULL };
+    char *argv[] = { path, "4608", NULL };
+    run_t plain, pre;
+    run_program(argv, tmp, tmp, NULL, extra, 30, &plain);
+    run_program(argv, tmp, tmp, lib, extra, 30, &pre);
+    expect_success("small_stack_coroutine (plain)", &plain);
+    expect_success("small_stack_coroutine (preload)", &pre);
+    assert_string_equal(pre.out, "250 blocks on a 4608-byte stack\n");
+    run_free(&plain);
+    run_free(&pre);
+    free(path), free(bin);
+}
+
+/* ------------------------------------------------------------------ */
 /* C++'s operator new and delete: salloc defines them (src/cxx_new.c).
  * cxx_new_check runs every form and the out-of-memory cases (bad_alloc,
  * nothrow, new_handler); preloaded it also checks that they are salloc's. */
@@ -856,6 +883,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_real_programs_secure_execution_ignores_options,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_static_executable_samples,
+                                        tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_real_programs_sampling_on_a_small_stack,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_cxx_operators,
                                         tmpdir_setup, tmpdir_teardown),

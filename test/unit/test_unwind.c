@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE /* dlinfo */
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <link.h>
 #include <execinfo.h>
 #include <stdbool.h>
@@ -301,8 +302,8 @@ __attribute__((noipa)) static void huge_frame(struct both *b)
     volatile char big[2 * UNWIND_MAX_FRAME];
     big[0] = 1;
     capture_both(b);
-    void *frames[STACK_MAX_DEPTH];
-    huge_depth = stack_capture(frames, STACK_MAX_DEPTH);
+    void *frames[STACK_WALK_SLOTS];
+    huge_depth = stack_capture(frames);
     big[sizeof(big) - 1] = big[0];
 }
 
@@ -405,6 +406,48 @@ static void test_unwind_forgets_rules_of_unloaded_code(void **state)
     assert_true(saved); /* glibc 2.35 and later: the lock-free lookup */
     forgets_rules_of_unloaded_code(true);
     forgets_rules_of_unloaded_code(false);
+    unwind_use_find_object = saved;
+}
+
+/* Without _dl_find_object (dl_iterate_phdr, glibc before 2.35) a rule is
+ * named by the unload count, which a dlopen() into free space leaves
+ * alone: the end of stack that a PC no object holds gives must not be
+ * kept, or a library loaded there later is walked as if its code ended
+ * every stack (silently short walks).  It once was: the rule read END
+ * with the library back in place. */
+static void test_unwind_no_object_rule_not_kept(void **state)
+{
+    (void)state;
+    bool saved = unwind_use_find_object;
+    unwind_use_find_object = false;
+    struct both b;
+    uintptr_t fn;
+    void *h = through_library("libunwind_a.so", &b, &fn);
+    uintptr_t pc = fn + 8, page = pc & ~(uintptr_t)4095; /* past its prologue */
+    dlclose(h); /* the unload count moves on, once */
+    /* Code of no object there (a JIT's, say): a walk through it ends. */
+    void *m = mmap((void *)page, 4096, PROT_READ | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m != (void *)page) {
+        unwind_use_find_object = saved;
+        fprintf(stderr, "# could not map where the library was: nothing to check\n");
+        skip();
+    }
+    assert_int_equal(unwind_rule_cached_for_test(pc) & 7, 2); /* RULE_END */
+    munmap(m, 4096);
+    uintptr_t back;
+    h = through_library("libunwind_a.so", &b, &back); /* unloads nothing */
+    assert_same_stack(&b, "through library a, back in its place");
+    if (back == fn) {
+        bool outermost, cfa_rbp;
+        uint32_t off, slot;
+        assert_true(unwind_rule_for_test(pc, &outermost, &cfa_rbp, &off, &slot));
+        assert_false(outermost);
+        assert_int_not_equal(unwind_rule_cached_for_test(pc) & 7, 2);
+    } else {
+        fprintf(stderr, "# library a loaded elsewhere the second time: END not met\n");
+    }
+    dlclose(h);
     unwind_use_find_object = saved;
 }
 
@@ -693,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_unwind_walks_through_signal_frames),
         cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
+        cmocka_unit_test(test_unwind_no_object_rule_not_kept),
         cmocka_unit_test(test_unwind_trusts_only_objects_never_unloaded),
         cmocka_unit_test(test_unwind_link_maps_tell_how_objects_were_loaded),
         cmocka_unit_test(test_unwind_memo_replays_only_the_same_stack),
