@@ -164,10 +164,13 @@ static void put_value(struct emitter *e, const struct value *val)
     case V_SSIZE: outf(e, "%zd", val->v.zd); break;
     case V_UINT64: outf(e, "%llu", (unsigned long long)val->v.u64); break;
     case V_STR:
-        if (e->json)
+        if (e->json) {
             json_str(e, val->v.s);
-        else
-            outf(e, "\"%s\"", val->v.s ? val->v.s : "");
+        } else { /* whole: a formatted line stops at 512 bytes (a long prof_prefix) */
+            outs(e, "\"");
+            outs(e, val->v.s ? val->v.s : "");
+            outs(e, "\"");
+        }
         break;
     }
 }
@@ -206,7 +209,9 @@ static void general(struct emitter *e)
             json_key(e, "version");
             put_value(e, &version);
         } else {
-            outf(e, "Version: \"%s\"\n", version.v.s);
+            outs(e, "Version: ");
+            put_value(e, &version);
+            outs(e, "\n");
         }
     }
     static const char *const config[] = {

@@ -568,6 +568,17 @@ static void test_ctl_stats_print_text(void **state)
     assert_null(strstr(cap.buf, "bins:"));
     assert_null(strstr(cap.buf, "opt.prof: "));
     assert_non_null(strstr(cap.buf, "Allocated: "));
+    /* A string value longer than a formatted line (512 bytes) comes out
+     * whole: a 900-byte prof_prefix was cut at 510 and lost its quote. */
+    char saved[PROF_PREFIX_MAX], want[PROF_PREFIX_MAX + 32];
+    memcpy(saved, opt_prof_prefix, sizeof(saved));
+    memset(opt_prof_prefix, 'p', 900);
+    opt_prof_prefix[900] = '\0';
+    snprintf(want, sizeof(want), "  opt.prof_prefix: \"%s\"\n", opt_prof_prefix);
+    memset(&cap, 0, sizeof(cap));
+    malloc_stats_print(capture_cb, &cap, NULL);
+    memcpy(opt_prof_prefix, saved, sizeof(saved));
+    assert_non_null(strstr(cap.buf, want));
 }
 
 /* Valid-looking JSON: balanced braces and brackets outside strings, one
