@@ -310,6 +310,19 @@ static void run_free(run_t *r)
     free(r->err);
 }
 
+/* Our own program `name` in TEST_BIN_DIR (default test/bin), by its full
+ * path (malloc'd); missing means the build is broken: the test fails. */
+static char *own_program(const char *name)
+{
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/%s", dir && *dir ? dir : "test/bin", name);
+    char *path = realpath(bin, NULL);
+    if (!path || access(path, X_OK) != 0)
+        fail_msg("%s not found at %s (make test/bin/%s)", name, bin, name);
+    free(bin);
+    return path;
+}
+
 /* The last `n` bytes of s, for messages. */
 static const char *tail(const char *s, size_t len, size_t n)
 {
@@ -332,6 +345,20 @@ static void expect_success(const char *what, const run_t *r)
         fail_msg("%s: killed by signal %d", what, WTERMSIG(r->status));
     fail_msg("%s: exit status %d", what,
              r->status != -1 && WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1);
+}
+
+/* Runs argv (in `tmp`, with `extra` environment) plainly and with `lib`
+ * preloaded: both must exit 0 within `timeout_s`. */
+static void run_plain_and_preloaded(char *const argv[], const char *tmp, const char *lib,
+                                    char *const *extra, int timeout_s, run_t *plain, run_t *pre)
+{
+    run_program(argv, tmp, tmp, NULL, extra, timeout_s, plain);
+    run_program(argv, tmp, tmp, lib, extra, timeout_s, pre);
+    char what[256];
+    snprintf(what, sizeof(what), "%s (plain)", argv[0]);
+    expect_success(what, plain);
+    snprintf(what, sizeof(what), "%s (preload)", argv[0]);
+    expect_success(what, pre);
 }
 
 /* Prints the first line where a and b differ. */
@@ -733,22 +760,14 @@ static void test_real_programs_cxx_threads(void **state)
 static void test_real_programs_fork_handlers_allocate(void **state)
 {
     const char *tmp = *state, *lib = salloc_lib();
-    const char *dir = getenv("TEST_BIN_DIR");
-    char *bin = xasprintf("%s/fork_handlers", dir && *dir ? dir : "test/bin");
-    char *path = realpath(bin, NULL);
-    if (!path || access(path, X_OK) != 0)
-        fail_msg("fork_handlers not found at %s (make test/bin/fork_handlers)", bin);
+    char *path = own_program("fork_handlers");
     char *argv[] = { path, NULL };
     run_t plain, pre;
-    run_program(argv, tmp, tmp, NULL, NULL, 60, &plain);
-    run_program(argv, tmp, tmp, lib, NULL, 60, &pre);
-    expect_success("fork_handlers (plain)", &plain);
-    expect_success("fork_handlers (preload)", &pre);
+    run_plain_and_preloaded(argv, tmp, lib, NULL, 60, &plain, &pre);
     assert_non_null(strstr(pre.out, "forks: 20 of 20"));
     run_free(&plain);
     run_free(&pre);
     free(path);
-    free(bin);
 }
 
 /* ------------------------------------------------------------------ */
@@ -762,11 +781,7 @@ static void test_real_programs_fork_handlers_allocate(void **state)
 static void test_real_programs_secure_execution_ignores_options(void **state)
 {
     const char *tmp = *state;
-    const char *dir = getenv("TEST_BIN_DIR");
-    char *bin = xasprintf("%s/secure_env", dir && *dir ? dir : "test/bin");
-    char *path = realpath(bin, NULL);
-    if (!path || access(path, X_OK) != 0)
-        fail_msg("secure_env not found at %s (make test/bin/secure_env)", bin);
+    char *path = own_program("secure_env");
     char *extra[] = { "SALLOC_CONF=lg_prof_sample:7", "MALLOC_CONF=lg_prof_sample:7", NULL };
     char *argv[] = { path, NULL };
     run_t plain;
@@ -791,7 +806,7 @@ static void test_real_programs_secure_execution_ignores_options(void **state)
             assert_string_equal(setuid_run.out, "secure 1 lg 19\n");
         run_free(&setuid_run);
     }
-    free(cmd), free(copy), free(path), free(bin);
+    free(cmd), free(copy), free(path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -803,11 +818,7 @@ static void test_real_programs_secure_execution_ignores_options(void **state)
 static void test_real_programs_static_executable_samples(void **state)
 {
     const char *tmp = *state;
-    const char *dir = getenv("TEST_BIN_DIR");
-    char *bin = xasprintf("%s/static_sampling", dir && *dir ? dir : "test/bin");
-    char *path = realpath(bin, NULL);
-    if (!path || access(path, X_OK) != 0)
-        fail_msg("static_sampling not found at %s (make test/bin/static_sampling)", bin);
+    char *path = own_program("static_sampling");
     char *extra[] = { "SALLOC_CONF=lg_prof_sample:0", NULL };
     char *argv[] = { path, NULL };
     for (int i = 0; i < 5; i++) {
@@ -817,7 +828,7 @@ static void test_real_programs_static_executable_samples(void **state)
         assert_non_null(strstr(r.out, "live 100 "));
         run_free(&r);
     }
-    free(path), free(bin);
+    free(path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -829,22 +840,15 @@ static void test_real_programs_static_executable_samples(void **state)
 static void test_real_programs_sampling_on_a_small_stack(void **state)
 {
     const char *tmp = *state, *lib = salloc_lib();
-    const char *dir = getenv("TEST_BIN_DIR");
-    char *bin = xasprintf("%s/small_stack_coroutine", dir && *dir ? dir : "test/bin");
-    char *path = realpath(bin, NULL);
-    if (!path || access(path, X_OK) != 0)
-        fail_msg("small_stack_coroutine not found at %s (make test/bin/small_stack_coroutine)", bin);
+    char *path = own_program("small_stack_coroutine");
     char *extra[] = { "SALLOC_CONF=lg_prof_sample:0", NULL };
     char *argv[] = { path, "4608", NULL };
     run_t plain, pre;
-    run_program(argv, tmp, tmp, NULL, extra, 30, &plain);
-    run_program(argv, tmp, tmp, lib, extra, 30, &pre);
-    expect_success("small_stack_coroutine (plain)", &plain);
-    expect_success("small_stack_coroutine (preload)", &pre);
+    run_plain_and_preloaded(argv, tmp, lib, extra, 30, &plain, &pre);
     assert_string_equal(pre.out, "250 blocks on a 4608-byte stack\n");
     run_free(&plain);
     run_free(&pre);
-    free(path), free(bin);
+    free(path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -855,11 +859,7 @@ static void test_real_programs_sampling_on_a_small_stack(void **state)
 static void test_real_programs_cxx_operators(void **state)
 {
     const char *tmp = *state, *lib = salloc_lib();
-    const char *dir = getenv("TEST_BIN_DIR");
-    char *bin = xasprintf("%s/cxx_new_check", dir && *dir ? dir : "test/bin");
-    char *path = realpath(bin, NULL);
-    if (!path || access(path, X_OK) != 0)
-        fail_msg("cxx_new_check not found at %s (make test/bin/cxx_new_check)", bin);
+    char *path = own_program("cxx_new_check");
     char *plain_argv[] = { path, NULL }, *pre_argv[] = { path, "salloc", NULL };
     run_t plain, pre;
     run_program(plain_argv, tmp, tmp, NULL, NULL, 60, &plain);
@@ -872,7 +872,6 @@ static void test_real_programs_cxx_operators(void **state)
     run_free(&plain);
     run_free(&pre);
     free(path);
-    free(bin);
 }
 
 int main(void)
