@@ -132,7 +132,7 @@ enum kind {
     K_UNSIGNED,  /* lo..hi, else out of range */
     K_CLIP,      /* unsigned, values above hi clipped to hi */
     K_SIGNED,    /* lo..hi, else out of range */
-    K_STRING,    /* copied into a PROF_PREFIX_MAX array, truncated */
+    K_STRING,    /* copied into a PROF_PREFIX_MAX array; longer is out of range */
     K_CHOICE,    /* one of `choices`, copied into a CONF_CHOICE_MAX array */
 };
 _Static_assert(PROF_CHOICE_MAX == CONF_CHOICE_MAX, "K_CHOICE copies into arrays of one size");

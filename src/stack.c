@@ -50,6 +50,7 @@ int stack_in_salloc(const void *addr)
  * started in a static executable (stack_warm_up). */
 enum walk { WALK_FAST, WALK_LIBGCC, WALK_CHECK, WALK_DEFERRED };
 static enum walk walker, walker_chosen;
+static bool constructed; /* salloc's constructor has run (walk_after_libc_start) */
 static uint64_t truncated, mismatches; /* relaxed atomics */
 
 /* Frames above salloc's own: the index of the first one not in salloc. */
@@ -132,6 +133,21 @@ bool stack_capture_would_replay(const struct unwind_from *from)
 uint64_t stack_unwind_truncated(void) { return __atomic_load_n(&truncated, __ATOMIC_RELAXED); }
 uint64_t stack_unwind_mismatches(void) { return __atomic_load_n(&mismatches, __ATOMIC_RELAXED); }
 
+/* backtrace() loads libgcc on its first call: at start-up, never first
+ * inside a sample.  The fast walker needs no warming up.  A walk here would
+ * only read the unwind tables of whatever code made the first allocation
+ * (the loader's start-up, libstdc++'s), which no sample's stack may ever
+ * pass through, and the kernel maps file pages in 64 KiB windows around
+ * each one read: 150 KiB more resident memory in a C++ program whose first
+ * allocation came from libstdc++. */
+static void load_libgcc(enum walk w)
+{
+    if (w != WALK_FAST) {
+        void *frames[4];
+        backtrace(frames, 4);
+    }
+}
+
 void stack_warm_up(void)
 {
     walker = !strcmp(opt_prof_unwind, "libgcc") ? WALK_LIBGCC
@@ -143,32 +159,23 @@ void stack_warm_up(void)
      * libgcc's both use, is ready: a sample then read it half made and
      * crashed.  Stacks wait for salloc's constructor, which runs after;
      * samples due before fail (prof.samples_failed). */
-    if (getauxval(AT_BASE) == 0) {
+    if (getauxval(AT_BASE) == 0 && !constructed) {
         walker_chosen = walker;
         walker = WALK_DEFERRED;
         return;
     }
-    /* backtrace() loads libgcc on its first call: now, never first inside
-     * a sample.  The fast walker needs no warming up.  A walk here would
-     * only read the unwind tables of whatever code made the first
-     * allocation (the loader's start-up, libstdc++'s), which no sample's
-     * stack may ever pass through, and the kernel maps file pages in 64
-     * KiB windows around each one read: 150 KiB more resident memory in a
-     * C++ program whose first allocation came from libstdc++. */
-    if (walker != WALK_FAST) {
-        void *frames[4];
-        backtrace(frames, 4);
-    }
+    load_libgcc(walker);
 }
 
 __attribute__((constructor)) static void walk_after_libc_start(void)
 {
+    constructed = true;
     if (walker == WALK_DEFERRED) {
+        /* Still deferred meanwhile: a static libgcc allocates inside its
+         * first walk, holding its lock, and a sample of that allocation
+         * walking with backtrace() again waited for that lock forever. */
+        load_libgcc(walker_chosen);
         walker = walker_chosen;
-        if (walker != WALK_FAST) { /* as stack_warm_up, now */
-            void *frames[4];
-            backtrace(frames, 4);
-        }
     }
 }
 
