@@ -285,6 +285,24 @@ static void unadvise_chunks(uintptr_t start, uintptr_t end)
         }
 }
 
+/* Under ph_lock: large span `s`, being freed, held a sample whose pages
+ * were kept small (prof.c).  Where its chunk still asks for huge pages,
+ * they ask again: the free span would otherwise never get huge pages back,
+ * and its mapping would stay split in three.  (Where the kernel gives huge
+ * pages to all memory and no chunk asked, no advice restores the default:
+ * those pages stay small.) */
+static void readvise_sampled(struct span *s)
+{
+    s->small_pages = 0;
+    uintptr_t start = s->start, end = span_end(s);
+    for (unsigned i = 0; i < nthp_chunks; i++) {
+        uintptr_t lo = start > thp_chunks[i].start ? start : thp_chunks[i].start;
+        uintptr_t hi = end < thp_chunks[i].end ? end : thp_chunks[i].end;
+        if (thp_chunks[i].advised && lo < hi)
+            os_hugepage((void *)lo, hi - lo);
+    }
+}
+
 /* ---- purging ---- */
 
 /* Purges free dirty span `s`; false if the kernel refused, and then `s`
@@ -547,6 +565,8 @@ static void free_locked(struct span *s)
         stats.small -= bytes;
     } else {
         stats.large -= bytes;
+        if (s->small_pages)
+            readvise_sampled(s);
     }
     s->state = SPAN_FREE;
     s->dirty = 1;
@@ -591,6 +611,7 @@ bool pageheap_shrink(struct span *s, size_t npages)
         tail->start = s->start + (npages << SA_PAGE_SHIFT);
         tail->npages = s->npages - npages;
         tail->state = SPAN_LARGE;
+        tail->small_pages = s->small_pages;
         s->npages = npages;
         register_ends(s);
         free_locked(tail);

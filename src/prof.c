@@ -748,10 +748,12 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
 /* Residency is read per OS page: with transparent huge pages on for all
  * memory, or asked for this part of the heap (opt.thp), keep the kernel
  * from backing sampled large span `span` with one. */
-static void small_pages_for(const struct span *span)
+static void small_pages_for(struct span *span)
 {
-    if (os_thp_always() || pageheap_hugepages_advised())
+    if (os_thp_always() || pageheap_hugepages_advised()) {
         os_nohugepage((void *)span->start, span->npages << SA_PAGE_SHIFT);
+        span->small_pages = 1; /* undone when the span is freed (pageheap.c) */
+    }
 }
 
 bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate,

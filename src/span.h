@@ -68,6 +68,9 @@ struct span {
     uint16_t carved;     /* small: 1 + the highest object index ever handed
                           * out (0: none yet); opt.check reads it unlocked.
                           * (16 bits: at most 64 * SPAN_FREE_WORDS objects) */
+    uint8_t small_pages; /* large: a sample asked its pages to stay small
+                          * (MADV_NOHUGEPAGE, prof.c); freeing it gives them
+                          * back their chunk's advice (pageheap.c) */
     uint32_t owner_gen;  /* small: see owner */
     const uint32_t *owner; /* small: generation word of the thread cache that
                           * last took objects from it (NULL: none), and

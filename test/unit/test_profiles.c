@@ -253,7 +253,8 @@ static void test_profiles_reset_forgets_the_peak(void **state)
 /* A sampled large block in a chunk asked to have huge pages (opt.thp), grown
  * in place by realloc: the pages it gains keep small pages too, as its
  * first ones do, so its residency is read per page.  They once kept the
- * chunk's advice. */
+ * chunk's advice.  Shrunk or freed, the pages it lets go take the chunk's
+ * advice back. */
 static void test_profiles_grown_sample_keeps_small_pages(void **state)
 {
     (void)state;
@@ -282,7 +283,18 @@ static void test_profiles_grown_sample_keeps_small_pages(void **state)
     assert_ptr_equal(q, p); /* grown in place: the chunk's rest is free */
     assert_true(prof_is_sampled(q));
     assert_true(unit_vm_flag((uintptr_t)q + MIB + MIB / 2, "nh"));
-    free(q);
+    /* Shrunk in place: the pages it gives back ask for huge pages again,
+     * as their chunk does; its own stay small while it is sampled. */
+    char *r = realloc(q, MIB);
+    assert_ptr_equal(r, q);
+    assert_true(prof_is_sampled(r));
+    assert_true(unit_vm_flag((uintptr_t)r, "nh"));
+    assert_true(unit_vm_flag((uintptr_t)r + MIB + MIB / 2, "hg"));
+    assert_false(unit_vm_flag((uintptr_t)r + MIB + MIB / 2, "nh"));
+    /* Freed: all of it asks again.  It once kept small pages for good. */
+    free(r);
+    assert_true(unit_vm_flag((uintptr_t)r, "hg"));
+    assert_false(unit_vm_flag((uintptr_t)r, "nh"));
     while (n)
         free(held[--n]);
     strcpy(opt_thp, saved_thp);
