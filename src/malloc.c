@@ -167,10 +167,15 @@ static void *alloc_decided(struct tcache *tc, const struct request *r, size_t al
         return p;
     }
     p = r->cls ? alloc_small(tc, r->cls) : alloc_large(tc, r, align, rate, zeroed, from);
-    if (tc && (!r->cls || !p))
-        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a stack */
-    if (!p)
+    if (unlikely(!p)) {
+        /* Charged to the sampler (its draw stands), but nothing was
+         * allocated: out of thread.allocated again. */
+        if (tc)
+            tc->prof.alloc_base -= r->usable;
         errno = ENOMEM;
+    } else if (tc && !r->cls) {
+        tc->dealloc_adjust -= r->usable; /* in thread.allocated, not from a stack */
+    }
     prof_maybe_gdump();
     return p;
 }

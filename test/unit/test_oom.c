@@ -324,12 +324,37 @@ static void test_oom_purge_refused_keeps_pages(void **state)
     check_heap();
 }
 
+/* An allocation that fails allocates nothing: thread.allocated and
+ * thread.deallocated stay where they were, for malloc, a realloc that
+ * cannot move and an aligned allocation.  Each once added its size to
+ * thread.allocated (and to thread.deallocated, to keep them balanced). */
+static void test_oom_failure_counts_nothing(void **state)
+{
+    (void)state;
+    char *p = malloc(64 << 10);
+    size_t usable = malloc_usable_size(p);
+    uint64_t a0 = read_u64("thread.allocated"), d0 = read_u64("thread.deallocated");
+    refuse_mmap(1);
+    void *big = malloc((size_t)1 << 44);
+    char *q = realloc(p, (size_t)1 << 44);
+    void *aligned = NULL;
+    int rc = posix_memalign(&aligned, (size_t)1 << 21, (size_t)1 << 44);
+    allow_mmap();
+    assert_null(big);
+    assert_null(q);
+    assert_int_equal(rc, ENOMEM);
+    assert_int_equal(read_u64("thread.allocated"), a0);
+    assert_int_equal(read_u64("thread.deallocated"), d0);
+    free(p);
+    assert_int_equal(read_u64("thread.allocated"), a0);
+    assert_int_equal(read_u64("thread.deallocated") - d0, usable);
+}
+
 /* realloc shrinking a large block in place when no record for the freed
  * tail can be had (metadata spent, mmap refused): it moves or fails, and
  * the counts agree with the blocks.  The shrink once kept the tail
  * silently while realloc counted the block shrunk: the counts then
- * differed by 1.41 MiB where p's 1 MiB was out.  (A failed move is not
- * checked against thread.allocated, which counts the attempt.) */
+ * differed by 1.41 MiB where p's 1 MiB was out. */
 static void test_oom_shrink_without_a_record(void **state)
 {
     (void)state;
@@ -360,6 +385,9 @@ static void test_oom_shrink_without_a_record(void **state)
         assert_int_equal(malloc_usable_size(p), live);
         assert_true(p[0] == 7 && p[(600 << 10) - 1] == 7);
         free(p);
+        /* Nothing allocated, p freed. */
+        assert_int_equal(read_u64("thread.allocated"), a0);
+        assert_int_equal(read_u64("thread.deallocated") - d0, live);
     }
     while (n)
         pageheap_free(held[--n]);
@@ -375,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_oom_lost_samples_are_counted_and_served),
         cmocka_unit_test(test_oom_purge_refused_keeps_pages),
         cmocka_unit_test(test_oom_shrink_without_a_record),
+        cmocka_unit_test(test_oom_failure_counts_nothing),
     };
     return cmocka_run_group_tests_name("out of memory", tests, NULL, NULL);
 }
