@@ -300,11 +300,11 @@ static size_t size_for_align(size_t align, size_t size)
  * stored this very value there, which the scan below rules out. */
 #define FREED_TAG ((uintptr_t)0x5a11acfee1f5eed5ull)
 
-/* A free of the small block `p` of class `cls`: it must be the start of a
- * block carved from its span, and must not be free already (the tag; for
- * 8-byte blocks, which have no room for it, a scan of its span and this
- * thread's stack).  A few loads and a store per free. */
-static void check_small_free(void *p, unsigned cls, const char *fn)
+/* The small block `p` of class `cls`, handed to free or realloc: it must
+ * be the start of a block carved from its span, and must not be free (the
+ * tag; for 8-byte blocks, which have no room for it, a scan of its span and
+ * this thread's stack).  Returns the tag's place, NULL for 8-byte blocks. */
+static uintptr_t *check_small_live(void *p, unsigned cls, const char *fn, const char *what)
 {
     size_t size = sizeclass_size(cls);
     const struct span *s = pagemap_span(p);
@@ -314,21 +314,29 @@ static void check_small_free(void *p, unsigned cls, const char *fn)
                  (size_t)(off % size), size, (void *)((uintptr_t)p - off % size));
     if (off / size >= __atomic_load_n(&s->carved, __ATOMIC_RELAXED))
         sa_fatal("%s(): invalid pointer %p: a %zu-byte block never allocated", fn, p, size);
-    uintptr_t *tag = (uintptr_t *)p + 1, mine = FREED_TAG ^ (uintptr_t)p;
-    if (size >= 2 * sizeof(uintptr_t) && *tag != mine) {
-        *tag = mine;
-        return;
-    }
+    uintptr_t *tag = size >= 2 * sizeof(uintptr_t) ? (uintptr_t *)p + 1 : NULL;
+    if (tag && *tag != (FREED_TAG ^ (uintptr_t)p))
+        return tag;
     const void *start;
-    bool twice = central_object_state(cls, p, &start) == OBJECT_FREE;
+    bool is_free = central_object_state(cls, p, &start) == OBJECT_FREE;
     struct tcache *tc = init_current_cache();
-    if (tc && !twice) {
+    if (tc && !is_free) {
         const struct tcache_bin *bin = &tc->bins[cls];
         for (void **slot = tcache_bin_base(bin); slot < bin->top; slot++)
-            twice |= *slot == p;
+            is_free |= *slot == p;
     }
-    if (twice)
-        sa_fatal("%s(): double free of the %zu-byte block at %p", fn, size, p);
+    if (is_free)
+        sa_fatal("%s(): %s of the %zu-byte block at %p", fn, what, size, p);
+    return tag;
+}
+
+/* A free of the small block `p`: checked, then tagged free.  A few loads
+ * and a store per free. */
+static void check_small_free(void *p, unsigned cls, const char *fn)
+{
+    uintptr_t *tag = check_small_live(p, cls, fn, "double free");
+    if (tag)
+        *tag = FREED_TAG ^ (uintptr_t)p;
 }
 
 SA_SLOW_PATH void free_checking_size(void *p, size_t size, size_t align, const char *fn)
@@ -468,6 +476,8 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
     cls = pagemap_class_of(p); /* the fast path's lookup is 0 under opt.check */
+    if (unlikely(opt_check) && cls) /* kept in place, it would meet no free's check */
+        check_small_live(p, cls, "realloc", "use after free");
     struct request r;
     if (!request_for(n, 1, &r)) {
         errno = ENOMEM;

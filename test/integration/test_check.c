@@ -8,7 +8,8 @@
  *   - a pointer into the middle of a small block, a block never allocated,
  *     a double free (caught in the thread's cache and in its span), a sized
  *     free of the wrong size: "salloc: free(): ..." naming the address,
- *     then abort;
+ *     then abort; a realloc of a freed block that would keep its place:
+ *     "salloc: realloc(): use after free ...";
  *   - the sizes a block may be freed with: its request, a realloc that kept
  *     it in place (a one-page aligned block too), an aligned request with
  *     free_aligned_sized (aligned to 16 under 16 bytes too): no abort.
@@ -66,7 +67,7 @@ static void *volatile sink;
  * name them (dladdr reads the dynamic symbol table). */
 void interior_free(void), double_free_in_cache(void), double_free_in_span(void);
 void never_allocated(void), wrong_size(void), right_sizes(void);
-void into_sampled_block(void), double_free_sampled(void);
+void into_sampled_block(void), double_free_sampled(void), realloc_after_free(void);
 
 /* Prints the block's address for the parent to match in the message. */
 static void *announce(void *p)
@@ -81,6 +82,15 @@ __attribute__((noinline)) void interior_free(void)
 {
     char *p = announce(malloc(64));
     free(p + 16);
+}
+
+/* A realloc that would keep the freed block in place (64 bytes still fits
+ * its class): it met no check, as no free followed. */
+__attribute__((noinline)) void realloc_after_free(void)
+{
+    void *p = announce(malloc(64));
+    free(p);
+    sink = realloc(p, 60);
 }
 
 __attribute__((noinline)) void double_free_in_cache(void)
@@ -157,6 +167,7 @@ static const struct {
     {"double_free_in_span", double_free_in_span}, {"never_allocated", never_allocated},
     {"wrong_size", wrong_size},           {"right_sizes", right_sizes},
     {"into_sampled_block", into_sampled_block}, {"double_free_sampled", double_free_sampled},
+    {"realloc_after_free", realloc_after_free},
 };
 
 /* ---- the parent ---- */
@@ -206,6 +217,8 @@ static void test_check_double_frees(void **state)
                  "salloc: free(): double free of the 32-byte block at %p", 0, NULL);
     expect_abort("double_free_in_span", CHECK_UNSAMPLED,
                  "salloc: free(): double free of the 32-byte block at %p", 0, NULL);
+    expect_abort("realloc_after_free", CHECK_UNSAMPLED,
+                 "salloc: realloc(): use after free of the 64-byte block at %p", 0, NULL);
 }
 
 static void test_check_never_allocated(void **state)
