@@ -271,8 +271,9 @@ void prof_reset(size_t lg)
 {
     if (!opt_prof)
         return;
-    forget_live(__atomic_add_fetch(&epoch, 1, __ATOMIC_RELAXED));
-    stack_accum_reset();
+    uint32_t e = __atomic_add_fetch(&epoch, 1, __ATOMIC_RELAXED);
+    stack_accum_reset(e);
+    forget_live(e);
     sampler_set_lg(lg);
     refresh_own_thread();
 }
@@ -672,10 +673,18 @@ static struct sample *publish_locked(struct tcache *tc, const struct sample_new 
 
 /* After a sample is in place: its accumulated count, the live estimate,
  * interval dumps and peak snapshots. */
+#ifdef SA_TESTING
+void (*prof_test_before_accum)(void);
+#endif
+
 static void after_publish(struct tcache *tc, const struct sample *s)
 {
+#ifdef SA_TESTING
+    if (prof_test_before_accum) /* a prof.reset here, say */
+        prof_test_before_accum();
+#endif
     if (opt_prof_accum)
-        stack_accum_add(s->stack, s->usable, s->rate);
+        stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
     prof_after_sample(tc);
     peak_check(live_estimate());
 }

@@ -54,6 +54,10 @@ void prof_lg_sample_set(size_t lg);
 /* prof.reset: forgets every sample (live ones included) and every count,
  * and sets the rate to 2^lg (lg clipped to 62). */
 void prof_reset(size_t lg);
+#ifdef SA_TESTING
+/* Called after a sample is published, before its accumulated count. */
+extern void (*prof_test_before_accum)(void);
+#endif
 /* Bytes between interval dumps (prof.interval), 0 if off. */
 uint64_t prof_interval_get(void);
 

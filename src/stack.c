@@ -229,10 +229,20 @@ struct prof_stack *stack_intern(void *const *frames, unsigned depth)
 
 static struct shard *shard_of(const struct prof_stack *st) { return &shards[st->hash % SHARDS]; }
 
-void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate)
+/* The prof.reset epoch whose samples are counted: set before a reset takes
+ * the shard locks to zero the counts, read under one.  So an add that reads
+ * the old epoch ran before the zeroing of its shard, and one that runs
+ * after sees the new epoch and counts only samples of it. */
+static uint32_t accum_epoch = 1;
+
+void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate, uint32_t epoch)
 {
     struct shard *sh = shard_of(st);
     sa_lock(&sh->lock);
+    if (epoch != __atomic_load_n(&accum_epoch, __ATOMIC_RELAXED)) {
+        sa_unlock(&sh->lock); /* published before a reset that forgot it */
+        return;
+    }
     struct stack_accum *g;
     for (g = st->accum; g; g = g->next)
         if (g->usable == usable && g->rate == rate)
@@ -264,8 +274,9 @@ void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack
     }
 }
 
-void stack_accum_reset(void)
+void stack_accum_reset(uint32_t epoch)
 {
+    __atomic_store_n(&accum_epoch, epoch, __ATOMIC_RELAXED);
     /* Groups are kept (they are metadata), only their counts go. */
     for (unsigned s = 0; s < SHARDS; s++) {
         sa_lock(&shards[s].lock);

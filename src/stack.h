@@ -72,15 +72,19 @@ uint64_t stack_unwind_mismatches(void);
  * or for no frames at all. */
 struct prof_stack *stack_intern(void *const *frames, unsigned depth);
 
-/* Counts one more sample of (usable, rate) on `st` for prof.accum. */
-void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate);
+/* Counts one more sample of (usable, rate) on `st` for prof.accum, if the
+ * sample's prof.reset epoch is still the current one (else a reset forgot
+ * it between its publication and this call). */
+void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate, uint32_t epoch);
 
 /* Calls fn(group, stack, arg) for every accumulated group, one shard lock at
  * a time; stops early if fn returns 0. */
 void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack *, void *),
                          void *arg);
-/* Forgets every accumulated count (prof.reset). */
-void stack_accum_reset(void);
+/* Forgets every accumulated count (prof.reset): counts go on only for
+ * samples of epoch `epoch`.  Before the live samples move to it, so that a
+ * sample published in it is counted. */
+void stack_accum_reset(uint32_t epoch);
 
 /* Loads the unwinder now (start-up), so samples never do it. */
 void stack_warm_up(void);

@@ -471,6 +471,50 @@ static void test_dump_rate_change_keeps_estimate(void **state)
     assert_true(fabs(mean - truth) <= 6 * se + 0.001 * truth);
 }
 
+static int sum_accumulated(const struct stack_accum *g, struct prof_stack *st, void *arg)
+{
+    (void)st;
+    *(uint64_t *)arg += g->count;
+    return 1;
+}
+
+static uint64_t accumulated_samples(void)
+{
+    uint64_t n = 0;
+    stack_accum_foreach(sum_accumulated, &n);
+    return n;
+}
+
+static void reset_once(void)
+{
+    prof_test_before_accum = NULL;
+    prof_reset(0);
+}
+
+/* A prof.reset between a sample's publication and its accumulated count:
+ * the sample is of the epoch the reset forgot, so it counts in neither the
+ * live view nor the accumulated one.  It once counted as accumulated after
+ * the reset.  A sample after the reset counts. */
+static void test_dump_reset_forgets_a_sample_being_counted(void **state)
+{
+    (void)state;
+    bool saved = opt_prof_accum;
+    opt_prof_accum = true;
+    prof_reset(0); /* R = 1 byte: every block is sampled */
+    prof_test_before_accum = reset_once;
+    void *p = malloc(64);
+    assert_null(prof_test_before_accum); /* p was sampled, and the reset ran */
+    assert_int_equal(accumulated_samples(), 0);
+    assert_int_equal(prof_sample_count(), 0);
+    void *q = malloc(64);
+    assert_int_equal(accumulated_samples(), 1);
+    assert_int_equal(prof_sample_count(), 1);
+    free(q);
+    free(p);
+    opt_prof_accum = saved;
+    prof_reset(LG);
+}
+
 /* jeprof's --alloc_space view: with prof_accum, freed objects still count
  * in the [allocated-ever] pair, unbiased like the live one. */
 static void test_dump_accumulated_counts(void **state)
@@ -641,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_dump_unbiased_end_to_end),
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
+        cmocka_unit_test(test_dump_reset_forgets_a_sample_being_counted),
         cmocka_unit_test(test_dump_replayed_walks_keep_their_own_stacks),
         cmocka_unit_test(test_dump_maps_sorted_while_mappings_change),
     };
