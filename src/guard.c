@@ -94,7 +94,10 @@ static int fault_was_write(const void *context)
 
 static void on_segv(int sig, siginfo_t *info, void *context)
 {
-    if (info && prof_report_fault(info->si_addr, fault_was_write(context))) {
+    /* A SIGSEGV sent (kill, raise, sigqueue: si_code <= 0) is no access:
+     * nothing happens again on return, and its si_addr is no address. */
+    bool sent = !info || info->si_code <= 0;
+    if (!sent && prof_report_fault(info->si_addr, fault_was_write(context))) {
         /* Reported: the access happens again on return, and the default
          * action ends the process with SIGSEGV. */
         signal(SIGSEGV, SIG_DFL);
@@ -102,8 +105,12 @@ static void on_segv(int sig, siginfo_t *info, void *context)
     }
     if (previous.sa_flags & SA_SIGINFO) {
         previous.sa_sigaction(sig, info, context);
+    } else if (previous.sa_handler == SIG_IGN && sent) {
+        return; /* ignored, as it would have been without salloc */
     } else if (previous.sa_handler == SIG_DFL || previous.sa_handler == SIG_IGN) {
         signal(SIGSEGV, SIG_DFL); /* a fault cannot be ignored: the default */
+        if (sent) /* not sent again by a returning access: the default now */
+            raise(SIGSEGV);
     } else {
         previous.sa_handler(sig);
     }

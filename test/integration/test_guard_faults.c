@@ -17,6 +17,8 @@
  *   - a fault that is not salloc's (a wild pointer) gets the default action
  *     and no report from salloc, also when the process started with
  *     SIGSEGV ignored;
+ *   - a SIGSEGV sent to the process (kill, raise) is no fault: it ends
+ *     the process as without salloc, or is ignored if SIGSEGV was;
  *   - a double free of a guarded block names both stacks and aborts.
  */
 #define _GNU_SOURCE
@@ -61,6 +63,7 @@ void release_victim(char *p);
 void overflow_write(void), overflow_read(void), overflow_large(void);
 void use_after_free_write(void), use_after_free_read(void), double_free(void);
 void wild_pointer(void);
+void sent_segv(void);
 
 __attribute__((noinline)) char *allocate_victim(size_t n) { return announce(malloc(n)); }
 __attribute__((noinline)) void release_victim(char *p)
@@ -122,6 +125,15 @@ __attribute__((noinline)) void wild_pointer(void)
     *q = 1;
 }
 
+__attribute__((noinline)) void sent_segv(void)
+{
+    free(allocate_victim(64)); /* salloc set up, its handler installed */
+    raise(SIGSEGV);
+    printf("raised\n");
+    fflush(stdout);
+    kill(getpid(), SIGSEGV); /* the handler is still salloc's */
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -133,6 +145,7 @@ static const struct {
     {"use_after_free_read", use_after_free_read},
     {"double_free", double_free},
     {"wild_pointer", wild_pointer},
+    {"sent_segv", sent_segv},
 };
 
 /* ---- the parent ---- */
@@ -254,6 +267,21 @@ static void test_guard_foreign_fault_keeps_default_action(void **state)
     assert_null(strstr(o.c.err, "salloc:"));
 }
 
+/* Sent, not a fault: nothing happens again when the handler returns, so
+ * salloc's handler once returned and the program ran on. */
+static void test_guard_sent_segv_keeps_default_action(void **state)
+{
+    (void)state;
+    struct outcome o;
+    run("sent_segv", GUARD_ALL, false, &o);
+    expect_segv(&o);
+    assert_null(strstr(o.c.out, "raised"));
+    assert_null(strstr(o.c.err, "salloc:"));
+    run("sent_segv", GUARD_ALL, true, &o);
+    assert_int_equal(o.c.signal, 0);
+    assert_non_null(strstr(o.c.out, "survived"));
+}
+
 static void test_guard_double_free(void **state)
 {
     (void)state;
@@ -284,6 +312,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_guard_use_after_free),
         cmocka_unit_test(test_guard_every_and_off),
         cmocka_unit_test(test_guard_foreign_fault_keeps_default_action),
+        cmocka_unit_test(test_guard_sent_segv_keeps_default_action),
         cmocka_unit_test(test_guard_double_free),
     };
     return cmocka_run_group_tests_name("guarded sampling", tests, NULL, NULL);
