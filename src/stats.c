@@ -289,8 +289,15 @@ static void arena(struct emitter *e, bool bins)
     obj_begin(e, "0", "arenas[0]:");
     item(e, "stats.arenas.0.pactive", V_SIZE);
     item(e, "stats.arenas.0.pdirty", V_SIZE);
+    /* JSON: "small": {"allocated": n} and "large": {...}, as jemalloc
+     * nests them; keyed by the last component alone, both were
+     * "allocated" in one object, and a reader kept only the large one. */
+    obj_begin(e, "small", NULL);
     item(e, "stats.arenas.0.small.allocated", V_SIZE);
+    obj_end(e);
+    obj_begin(e, "large", NULL);
     item(e, "stats.arenas.0.large.allocated", V_SIZE);
+    obj_end(e);
     item(e, "stats.arenas.0.tcache_bytes", V_SIZE);
     unsigned nbins = 0;
     size_t len = sizeof(nbins);

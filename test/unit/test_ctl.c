@@ -614,6 +614,15 @@ static void test_ctl_stats_print_json(void **state)
     assert_non_null(strstr(cap.buf, "\"salloc\": {"));
     assert_non_null(strstr(cap.buf, "\"allocated\": "));
     assert_non_null(strstr(cap.buf, "\"bins\": ["));
+    /* Small and large allocated bytes each under its own key (they were
+     * both "allocated", one key twice in the arena's object). */
+    const char *small = strstr(cap.buf, "\"small\": {"), *large = strstr(cap.buf, "\"large\": {");
+    assert_non_null(small);
+    assert_non_null(large);
+    small += strspn(small + 12, "\n ") + 12;
+    large += strspn(large + 12, "\n ") + 12;
+    assert_true(strncmp(small, "\"allocated\": ", 13) == 0);
+    assert_true(strncmp(large, "\"allocated\": ", 13) == 0);
     assert_null(strstr(cap.buf, ",\n}"));
     assert_null(strstr(cap.buf, "Begin salloc"));
 }
