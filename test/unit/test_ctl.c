@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
@@ -627,6 +628,47 @@ static void test_ctl_stats_print_json(void **state)
     assert_null(strstr(cap.buf, "Begin salloc"));
 }
 
+/* Each option of salloc(3)'s TUNING reads back as opt.<name> with the
+ * type the page gives it (man/salloc.3: ".BR name \" (type, ...)\""), so
+ * a program that reads it with that type gets it, not EINVAL.
+ * prof_peak_pct said unsigned and was a size_t. */
+static void test_ctl_opt_types_match_the_man_page(void **state)
+{
+    (void)state;
+    FILE *f = fopen("man/salloc.3", "r");
+    if (!f)
+        skip(); /* run from the repository's root (make test) */
+    static const struct { const char *type; size_t size; } types[] = {
+        {"bool", sizeof(bool)},          {"ssize_t", sizeof(ssize_t)},
+        {"size_t", sizeof(size_t)},      {"unsigned", sizeof(unsigned)},
+        {"string", sizeof(const char *)}, {"const char *", sizeof(const char *)},
+    };
+    char line[512];
+    bool tuning = false;
+    int checked = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, ".SH ", 4))
+            tuning = !strncmp(line, ".SH TUNING", 10);
+        char name[64], type[64];
+        if (!tuning || sscanf(line, ".BR %63s \" (%63[^,;)]", name, type) != 2)
+            continue;
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+            if (strcmp(type, types[i].type))
+                continue;
+            char opt[80];
+            char buf[16];
+            snprintf(opt, sizeof(opt), "opt.%s", name);
+            size_t len = types[i].size;
+            if (mallctl(opt, buf, &len, NULL, 0) != 0)
+                fail_msg("%s, %s in salloc(3), does not read as %zu bytes", opt, type,
+                         types[i].size);
+            checked++;
+        }
+    }
+    fclose(f);
+    assert_true(checked >= 20);
+}
+
 /* arena.0.decay purges what has been free for a decay time, at once and
  * without the page heap being used (no background thread here).  200 ms:
  * the frees, microseconds apart, must all fall within one decay time (a
@@ -682,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_ctl_thread_counters),
         cmocka_unit_test(test_ctl_stats_print_text),
         cmocka_unit_test(test_ctl_stats_print_json),
+        cmocka_unit_test(test_ctl_opt_types_match_the_man_page),
         cmocka_unit_test(test_ctl_arena_decay_purges_aged_pages),
     };
     return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
