@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -252,17 +253,24 @@ int cmd_flame(int argc, char **argv)
     if (!strcmp(out, "-")) {
         rc = write_svg(stdout, &p, root) || fflush(stdout) ? 1 : 0;
     } else {
+        /* A new or regular file is replaced whole (written beside it, then
+         * renamed); anything else (/dev/null, a FIFO, a link to
+         * /dev/stdout) is written in place: renamed over, a device or a
+         * link would become a plain file. */
+        struct stat st;
+        bool in_place = lstat(out, &st) == 0 && !S_ISREG(st.st_mode);
         char *tmp = xmalloc(strlen(out) + 8);
-        sprintf(tmp, "%s.tmp", out);
+        sprintf(tmp, in_place ? "%s" : "%s.tmp", out);
         FILE *f = fopen(tmp, "w");
         if (!f) {
             fprintf(stderr, "salloc flame: cannot create %s: %s\n", tmp, strerror(errno));
             rc = 1;
         } else {
             int w = write_svg(f, &p, root);
-            if (fclose(f) || w || rename(tmp, out)) {
+            if (fclose(f) || w || (!in_place && rename(tmp, out))) {
                 fprintf(stderr, "salloc flame: cannot write %s: %s\n", out, strerror(errno));
-                remove(tmp);
+                if (!in_place)
+                    remove(tmp);
                 rc = 1;
             } else {
                 fprintf(stderr, "salloc flame: wrote %s (%zu stacks, %.0f bytes)\n", out, p.nrecs, root->value);

@@ -384,6 +384,30 @@ static void test_cli_flame_is_wellformed(void **state)
     free(svg);
 }
 
+/* -o naming something other than a regular file is written, not replaced:
+ * a link to /dev/stdout (the command's stdout is a file here) stays a link
+ * and the SVG reaches stdout; renamed over, /dev/null itself would become a
+ * plain file when run as root. */
+static void test_cli_flame_writes_through_links(void **state)
+{
+    (void)state;
+    need_demo_dump();
+    const char *link = tmp_path("stdout.svg");
+    unlink(link);
+    assert_int_equal(symlink("/dev/stdout", link), 0);
+    static struct run r;
+    run(&r, (char *const[]){(char *)salloc_cmd(), "flame", demo_dump, "-o", (char *)link, NULL});
+    if (r.status)
+        fail_msg("salloc flame -o <link to /dev/stdout> exited %d:\n%s", r.status, r.err);
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    if (!S_ISLNK(st.st_mode))
+        fail_msg("%s was replaced by a plain file", link);
+    if (!strstr(r.out, "</svg>"))
+        fail_msg("no SVG on standard output:\n%.200s", r.out);
+    assert_int_equal(lstat(tmp_path("stdout.svg.tmp"), &st), -1);
+}
+
 /* three_sites.heap with site_large's 8 objects doubled, beside a link to
  * the fixture binary so that it symbolizes. */
 static void test_cli_diff_shows_growth(void **state)
@@ -521,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_cli_top_matches_jeprof),
         cmocka_unit_test(test_cli_top_explains_missing_values),
         cmocka_unit_test(test_cli_flame_is_wellformed),
+        cmocka_unit_test(test_cli_flame_writes_through_links),
         cmocka_unit_test(test_cli_diff_shows_growth),
         cmocka_unit_test(test_cli_rejects_bad_dumps),
         cmocka_unit_test(test_cli_usage),
