@@ -231,9 +231,15 @@ int cmd_run(int argc, char **argv)
         rc = WEXITSTATUS(status);
     }
 
-    char *pattern = xmalloc(strlen(abs_prefix) + 48);
-    int plen = sprintf(pattern, "%s.%d.", abs_prefix, (int)pid);
-    strcat(pattern, "*.heap");
+    /* The prefix is a path, not a pattern: its *, ? and [ are escaped. */
+    char *pattern = xmalloc(2 * strlen(abs_prefix) + 48), *q = pattern;
+    for (const char *a = abs_prefix; *a; a++) {
+        if (strchr("*?[\\", *a))
+            *q++ = '\\';
+        *q++ = *a;
+    }
+    sprintf(q, ".%d.*.heap", (int)pid);
+    int plen = snprintf(NULL, 0, "%s.%d.", abs_prefix, (int)pid);
     glob_t g;
     int gr = glob(pattern, 0, NULL, &g);
     if (gr == 0 && g.gl_pathc) {
@@ -254,9 +260,9 @@ int cmd_run(int argc, char **argv)
                 hint = g.gl_pathv[i];
         fprintf(stderr, "salloc run: read it with: salloc top %s\n", hint);
     } else {
-        fprintf(stderr, "salloc run: %s (pid %d) exited with status %d and wrote no dump matching %s\n"
+        fprintf(stderr, "salloc run: %s (pid %d) exited with status %d and wrote no dump matching %s.%d.*.heap\n"
                         "  (it wrote none if it never called malloc, left through _exit or exec, or ran with prof:false)\n",
-                prog[0], (int)pid, rc, pattern);
+                prog[0], (int)pid, rc, abs_prefix, (int)pid);
     }
     if (gr == 0)
         globfree(&g);

@@ -240,6 +240,22 @@ static void test_cli_run_writes_final_dump(void **state)
     assert_int_equal(r.status, 7);
 }
 
+/* A prefix is a path: "[1]" in it is not a glob bracket expression (the
+ * dump was written, and the listing said there was none). */
+static void test_cli_run_lists_dumps_of_any_prefix(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *demo = env_path("SALLOC_DEMO", "path of build/bin/salloc-demo");
+    run(&r, (char *const[]){(char *)salloc_cmd(), "run", "-o", tmp_path("odd[1]"), "--", (char *)demo, NULL});
+    if (r.status)
+        fail_msg("salloc run exited %d:\n%s", r.status, r.err);
+    char want[4300];
+    snprintf(want, sizeof(want), "  %s.", tmp_path("odd[1]"));
+    if (!strstr(r.err, want) || !strstr(r.err, ".f.heap"))
+        fail_msg("salloc run did not list the dump %s<pid>.0.f.heap:\n%s", want + 2, r.err);
+}
+
 static void need_demo_dump(void)
 {
     if (!demo_dump[0])
@@ -541,6 +557,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_run_writes_final_dump),
+        cmocka_unit_test(test_cli_run_lists_dumps_of_any_prefix),
         cmocka_unit_test(test_cli_top_names_demo_sites),
         cmocka_unit_test(test_cli_top_matches_jeprof),
         cmocka_unit_test(test_cli_top_explains_missing_values),
