@@ -99,9 +99,15 @@ int cmd_diff(int argc, char **argv)
             rows[u - 1].new += rows[i].new;
             free(rows[i].func);
         } else {
+            /* A function with nothing live in either dump (prof_accum
+             * keeps the records of freed stacks) is no row. */
+            if (u && !(rows[u - 1].old > 0 || rows[u - 1].new > 0))
+                free(rows[--u].func);
             rows[u++] = rows[i];
         }
     }
+    if (u && !(rows[u - 1].old > 0 || rows[u - 1].new > 0))
+        free(rows[--u].func);
     if (u > 1)
         qsort(rows, u, sizeof(*rows), row_growth_cmp);
     char h1[32], h2[32], h3[32];

@@ -148,9 +148,15 @@ int cmd_top(int argc, char **argv)
             s[u - 1].value += s[i].value;
             s[u - 1].objects += s[i].objects;
         } else {
+            /* A site with nothing of the value ranked is no site (as in
+             * jeprof): prof_accum keeps the records of freed stacks. */
+            if (u && !(s[u - 1].value > 0))
+                u--;
             s[u++] = s[i];
         }
     }
+    if (u && !(s[u - 1].value > 0))
+        u--;
     qsort(s, u, sizeof(*s), site_value_cmp);
 
     static const char *const vnames[] = {"inuse objects", "inuse space", "alloc objects",

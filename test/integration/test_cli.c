@@ -473,6 +473,30 @@ static void test_cli_diff_shows_growth(void **state)
     free(grown);
 }
 
+/* With prof_accum a freed stack keeps its record, "0: 0 [n: s]": top's
+ * live view and diff list no row for it (diff called it "new"), top
+ * --alloc still does. */
+static void test_cli_nothing_live_is_no_row(void **state)
+{
+    (void)state;
+    const char dump[] = "heap_v2/1024\n  t*: 3: 300 [5: 500]\n"
+                        "@ 0x1000\n  t*: 3: 300 [3: 300]\n"
+                        "@ 0x2000\n  t*: 0: 0 [2: 200]\n";
+    write_file(tmp_path("accum.heap"), dump, strlen(dump));
+    static struct run r;
+    run(&r, (char *const[]){(char *)salloc_cmd(), "top", "-n", "0", tmp_path("accum.heap"), NULL});
+    assert_int_equal(r.status, 0);
+    if (!strstr(r.out, "0x1000") || strstr(r.out, "0x2000") || !strstr(r.out, "Top 1 of 1 sites"))
+        fail_msg("salloc top lists a site with no live bytes:\n%s", r.out);
+    run(&r, (char *const[]){(char *)salloc_cmd(), "top", "--alloc", tmp_path("accum.heap"), NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "0x2000"));
+    run(&r, (char *const[]){(char *)salloc_cmd(), "diff", tmp_path("accum.heap"), tmp_path("accum.heap"), NULL});
+    assert_int_equal(r.status, 0);
+    if (!strstr(r.out, "0x1000") || strstr(r.out, "0x2000"))
+        fail_msg("salloc diff lists a function with no live bytes:\n%s", r.out);
+}
+
 /* A failing command: non-zero exit, a message, no signal. */
 static void expect_failure(const char *what, char *const argv[])
 {
@@ -564,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_cli_flame_is_wellformed),
         cmocka_unit_test(test_cli_flame_writes_through_links),
         cmocka_unit_test(test_cli_diff_shows_growth),
+        cmocka_unit_test(test_cli_nothing_live_is_no_row),
         cmocka_unit_test(test_cli_rejects_bad_dumps),
         cmocka_unit_test(test_cli_usage),
     };
