@@ -179,7 +179,9 @@ int cmd_run(int argc, char **argv)
     const char *old_conf = getenv("SALLOC_CONF");
     size_t clen = strlen(abs_prefix) + (old_conf ? strlen(old_conf) : 0) + 160;
     char *conf = xmalloc(clen);
-    int k = snprintf(conf, clen, "%s%sprof_final:true,prof_prefix:%s", old_conf ? old_conf : "",
+    /* prof_format:heap: the dumps listed below, and read by salloc top,
+     * are heap_v2 text, whatever format the user's SALLOC_CONF asked. */
+    int k = snprintf(conf, clen, "%s%sprof_final:true,prof_format:heap,prof_prefix:%s", old_conf ? old_conf : "",
                      old_conf && *old_conf ? "," : "", abs_prefix);
     if (lg_sample >= 0)
         k += snprintf(conf + k, clen - (size_t)k, ",lg_prof_sample:%d", lg_sample);

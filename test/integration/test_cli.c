@@ -256,6 +256,20 @@ static void test_cli_run_lists_dumps_of_any_prefix(void **state)
         fail_msg("salloc run did not list the dump %s<pid>.0.f.heap:\n%s", want + 2, r.err);
 }
 
+/* A prof_format the user set does not change what run writes and lists:
+ * heap_v2 text, which top reads.  With prof_format:pb the dump was a .pb
+ * and run said the program "wrote no dump". */
+static void test_cli_run_writes_text_whatever_the_format(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *demo = env_path("SALLOC_DEMO", "path of build/bin/salloc-demo");
+    run(&r, (char *const[]){"env", "SALLOC_CONF=prof_format:pb", (char *)salloc_cmd(), "run", "-o",
+                            tmp_path("pbconf"), "--", (char *)demo, NULL});
+    if (r.status || !strstr(r.err, ".f.heap"))
+        fail_msg("salloc run under prof_format:pb exited %d, listing no .f.heap:\n%s", r.status, r.err);
+}
+
 static void need_demo_dump(void)
 {
     if (!demo_dump[0])
@@ -582,6 +596,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_run_writes_final_dump),
         cmocka_unit_test(test_cli_run_lists_dumps_of_any_prefix),
+        cmocka_unit_test(test_cli_run_writes_text_whatever_the_format),
         cmocka_unit_test(test_cli_top_names_demo_sites),
         cmocka_unit_test(test_cli_top_matches_jeprof),
         cmocka_unit_test(test_cli_top_explains_missing_values),
