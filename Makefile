@@ -196,10 +196,13 @@ build/tsan/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/
 test/bin/test_tsan_stress: test/stress/test_stress.c test/stress/stress_common.h $(TSAN_OBJS) | test/bin
 	$(CC) $(TESTFLAGS) -fsanitize=thread $(TSAN_RENAME) -o $@ $< $(TSAN_OBJS) -lcmocka
 
+# Real dumps made by real tools (jemalloc, pprof), beside the repository;
+# a clone elsewhere names them: make test FIXTURES_DIR=/path/to/fixtures.
+FIXTURES_DIR ?= $(CURDIR)/../shared/fixtures
 TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/build/bin/gen_size_classes \
             SIZE_CLASSES_H=$(CURDIR)/size_classes/size_classes.h \
             SIZE_CLASSES_README=$(CURDIR)/size_classes/README.md TEST_BIN_DIR=$(CURDIR)/test/bin \
-            FIXTURES_DIR=$(CURDIR)/../shared/fixtures \
+            FIXTURES_DIR=$(FIXTURES_DIR) \
             SALLOC_CMD=$(CURDIR)/build/bin/salloc SALLOC_DEMO=$(CURDIR)/build/bin/salloc-demo CXX_THREADS_BIN=$(CURDIR)/test/bin/cxx_threads
 
 # Heavy sampling, and every stack the walker captures compared with
