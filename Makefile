@@ -164,7 +164,7 @@ test/bin/small_stack_coroutine: test/integration/small_stack_coroutine.c | test/
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
 test/bin/fork_handlers: test/integration/fork_handlers.c | test/bin
-	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
 
 test/bin/prof_small_stack: test/integration/prof_small_stack.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<

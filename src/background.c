@@ -12,6 +12,13 @@
  *     heap, sampled mappings, sample shards) are never taken under it.
  * Order: control, then state_lock, then (never while holding either, in the
  * thread) the allocator's locks.  prefork takes both, first of all.
+ *
+ * The forking thread holds both from its prepare handler to its parent or
+ * child handler, and other atfork handlers that run in between may use
+ * mallctl (lock.h, sa_in_fork): there the statistics are read without
+ * them (that thread holds them), a new decay time wakes no thread (it
+ * takes it at the end of its sleep, a decay step at most; in the child
+ * it is gone), and the thread is neither started nor stopped.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include "background.h"
@@ -23,6 +30,7 @@
 
 #include "central.h"
 #include "conf.h"
+#include "lock.h"
 #include "log.h"
 #include "os.h"
 #include "pageheap.h"
@@ -164,6 +172,8 @@ void background_start_deferred(void)
 
 int background_set(bool on)
 {
+    if (sa_in_fork) /* an atfork handler's (above) */
+        return EAGAIN;
     pthread_mutex_lock(&control);
     __atomic_store_n(&background_start_pending, false, __ATOMIC_RELAXED);
     int err = 0;
@@ -177,6 +187,8 @@ int background_set(bool on)
 
 void background_decay_changed(void)
 {
+    if (sa_in_fork) /* an atfork handler's (above) */
+        return;
     pthread_mutex_lock(&control); /* the thread, if any, stays while kicked */
     if (pageheap_decay_in_background()) {
         pthread_mutex_lock(&state_lock);
@@ -191,11 +203,14 @@ bool background_get(void) { return pageheap_decay_in_background(); }
 
 void background_get_stats(struct background_stats *st)
 {
-    pthread_mutex_lock(&state_lock);
+    bool lock = !sa_in_fork; /* else this thread holds it (above) */
+    if (lock)
+        pthread_mutex_lock(&state_lock);
     st->num_threads = background_get() ? 1 : 0;
     st->num_runs = runs;
     st->run_interval_ns = runs > 1 ? (last_run_ns - first_run_ns) / (runs - 1) : 0;
-    pthread_mutex_unlock(&state_lock);
+    if (lock)
+        pthread_mutex_unlock(&state_lock);
 }
 
 void background_prefork(void)

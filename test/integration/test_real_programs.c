@@ -755,7 +755,8 @@ static void test_real_programs_cxx_threads(void **state)
 /* ------------------------------------------------------------------ */
 /* fork_handlers: fork handlers that allocate, registered before salloc's
  * (lock.h, sa_in_fork).  They once waited forever for the locks salloc's
- * prepare handler had taken. */
+ * prepare handler had taken; and, once they allocated, for the background
+ * thread's lock when they read the statistics (background.c). */
 
 static void test_real_programs_fork_handlers_allocate(void **state)
 {
