@@ -87,7 +87,9 @@ static void stat_free_add(const struct span *s, long sign)
     *counter += sign > 0 ? bytes : -bytes;
 }
 
-static void list_insert(struct span *s)
+/* Files free span `s` in its bucket's list and counts it (the LRU is
+ * list_insert's, or insert_coalesced's). */
+static void bucket_insert(struct span *s)
 {
     size_t b = bucket_of(s->npages);
     struct span **head = &free_lists[s->dirty][b];
@@ -97,25 +99,10 @@ static void list_insert(struct span *s)
         (*head)->prev = s;
     *head = s;
     nonempty[s->dirty][b / 64] |= 1ull << (b % 64);
-    if (s->dirty) {
-        /* The LRU stays oldest first, which decay relies on: a piece split
-         * off an older dirty span (carve) goes to the tail, so it takes the
-         * tail's time if that is later (it is purged a little later than
-         * it could be; never, as before, left behind younger spans). */
-        if (lru_tail && s->freed_at < lru_tail->freed_at)
-            s->freed_at = lru_tail->freed_at;
-        s->lru_prev = lru_tail;
-        s->lru_next = NULL;
-        if (lru_tail)
-            lru_tail->lru_next = s;
-        else
-            lru_head = s;
-        lru_tail = s;
-    }
     stat_free_add(s, 1);
 }
 
-static void list_remove(struct span *s)
+static void bucket_remove(struct span *s)
 {
     size_t b = bucket_of(s->npages);
     if (s->prev)
@@ -126,17 +113,67 @@ static void list_remove(struct span *s)
         s->next->prev = s->prev;
     if (!free_lists[s->dirty][b])
         nonempty[s->dirty][b / 64] &= ~(1ull << (b % 64));
-    if (s->dirty) {
-        if (s->lru_prev)
-            s->lru_prev->lru_next = s->lru_next;
-        else
-            lru_head = s->lru_next;
-        if (s->lru_next)
-            s->lru_next->lru_prev = s->lru_prev;
-        else
-            lru_tail = s->lru_prev;
-    }
     stat_free_add(s, -1);
+}
+
+/* Dirty span `s` at the LRU's tail. */
+static void lru_append(struct span *s)
+{
+    /* The LRU stays oldest first, which decay relies on: a piece split
+     * off an older dirty span (carve) goes to the tail, so it takes the
+     * tail's time if that is later (it is purged a little later than it
+     * could be; never, as before, left behind younger spans). */
+    if (lru_tail && s->freed_at < lru_tail->freed_at)
+        s->freed_at = lru_tail->freed_at;
+    s->lru_prev = lru_tail;
+    s->lru_next = NULL;
+    if (lru_tail)
+        lru_tail->lru_next = s;
+    else
+        lru_head = s;
+    lru_tail = s;
+}
+
+static void lru_unlink(struct span *s)
+{
+    if (s->lru_prev)
+        s->lru_prev->lru_next = s->lru_next;
+    else
+        lru_head = s->lru_next;
+    if (s->lru_next)
+        s->lru_next->lru_prev = s->lru_prev;
+    else
+        lru_tail = s->lru_prev;
+}
+
+/* Dirty span `s` takes the place of `old` in the LRU, and its time. */
+static void lru_replace(struct span *old, struct span *s)
+{
+    s->freed_at = old->freed_at;
+    s->lru_prev = old->lru_prev;
+    s->lru_next = old->lru_next;
+    if (s->lru_prev)
+        s->lru_prev->lru_next = s;
+    else
+        lru_head = s;
+    if (s->lru_next)
+        s->lru_next->lru_prev = s;
+    else
+        lru_tail = s;
+}
+
+static void list_insert(struct span *s)
+{
+    bucket_insert(s);
+    if (s->dirty)
+        lru_append(s);
+}
+
+static void list_remove(struct span *s)
+{
+    bucket_remove(s);
+    if (s->dirty)
+        lru_unlink(s);
 }
 
 /* The first and last pages find a free span when a neighbour is freed. */
@@ -159,23 +196,43 @@ static struct span *free_neighbour(const struct span *s, bool before)
     return n;
 }
 
-/* Adds free span `s` to the lists, merged with free neighbours of its kind. */
+/* Adds free span `s` to the lists, merged with free neighbours of its kind.
+ * Merged with dirty ones, it takes the oldest's place and time in the LRU,
+ * its own pages included.  Given its own time, as it was, pages freed long
+ * ago took the time of a span freed next to them: a buffer taken from
+ * their span and given back more often than the decay time (carve cuts
+ * it from the start) kept them resident for good.  Pages just freed go
+ * back to the kernel early instead, when the oldest's time is up. */
 static void insert_coalesced(struct span *s)
 {
-    struct span *n;
-    if ((n = free_neighbour(s, true))) {
-        list_remove(n);
-        s->start = n->start;
+    struct span *oldest = NULL; /* merged, dirty, still in the LRU */
+    for (int before = 1; before >= 0; before--) {
+        struct span *n = free_neighbour(s, before);
+        if (!n)
+            continue;
+        bucket_remove(n);
+        if (before)
+            s->start = n->start;
         s->npages += n->npages;
-        record_release(n);
-    }
-    if ((n = free_neighbour(s, false))) {
-        list_remove(n);
-        s->npages += n->npages;
-        record_release(n);
+        if (n->dirty && (!oldest || n->freed_at < oldest->freed_at)) {
+            struct span *younger = oldest;
+            oldest = n;
+            n = younger;
+        }
+        if (n) {
+            if (n->dirty)
+                lru_unlink(n);
+            record_release(n);
+        }
     }
     register_ends(s);
-    list_insert(s);
+    if (oldest) {
+        bucket_insert(s);
+        lru_replace(oldest, s);
+        record_release(oldest);
+    } else {
+        list_insert(s);
+    }
 }
 
 /* Keeps dirty free span `s` (on no list) in the recent cache if it fits. */

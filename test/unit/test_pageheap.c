@@ -242,6 +242,36 @@ static void quiet_heap(void)
     pageheap_decay_now();
 }
 
+/* Pages freed long ago keep their time when a span freed next to them
+ * merges with them: a span taken from their start and given back again
+ * and again once made them look freed just now, every time, and they were
+ * never purged.  Here 1000 dirty pages wait 150 ms, the 100 before them
+ * are freed, and 100 ms later (250 ms after the 1000, decay 200 ms) the
+ * next look purges them all. */
+static void test_pageheap_old_dirty_pages_keep_their_time_when_merged(void **state)
+{
+    (void)state;
+    long saved = pageheap_decay_ms();
+    quiet_heap(); /* every free span clean: none merges with the span's pages */
+    pageheap_set_decay_ms(200);
+    struct span *s = pageheap_alloc(1100, 1, 0, NULL);
+    assert_non_null(s);
+    memset((void *)s->start, 1, 1100 * SA_PAGE_SIZE);
+    assert_true(pageheap_shrink(s, 100)); /* its last 1000 pages: dirty, free */
+    struct pageheap_stats st;
+    pageheap_get_stats(&st);
+    assert_true(st.free_dirty >= 1000 * SA_PAGE_SIZE);
+    struct timespec nap = {0, 150 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    pageheap_free(s); /* merged with them */
+    nap.tv_nsec = 100 * 1000 * 1000;
+    nanosleep(&nap, NULL);
+    pageheap_free(pageheap_alloc(1, 1, 0, NULL)); /* any heap activity decays */
+    pageheap_get_stats(&st);
+    assert_true(st.free_dirty <= 2 * SA_PAGE_SIZE);
+    pageheap_set_decay_ms(saved);
+}
+
 /* From a quiet heap: a span of 8 pages shrunk to 4, its last 4 pages freed
  * (a recent span). */
 static struct span *four_pages_and_a_recent_tail(void)
@@ -406,6 +436,8 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_stops_at_free_neighbour, check_after),
         cmocka_unit_test_teardown(test_pageheap_purge_releases_everything_dirty, check_after),
         cmocka_unit_test_teardown(test_pageheap_decay, check_after),
+        cmocka_unit_test_teardown(test_pageheap_old_dirty_pages_keep_their_time_when_merged,
+                                  check_after),
         cmocka_unit_test_teardown(test_pageheap_recent_spans_come_back_unmerged, check_after),
         cmocka_unit_test_teardown(test_pageheap_recent_spans_go_first_to_the_lists, check_after),
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_into_recent_span, check_after),
