@@ -119,10 +119,10 @@ static void bucket_remove(struct span *s)
 /* Dirty span `s` at the LRU's tail. */
 static void lru_append(struct span *s)
 {
-    /* The LRU stays oldest first, which decay relies on: a piece split
-     * off an older dirty span (carve) goes to the tail, so it takes the
-     * tail's time if that is later (it is purged a little later than it
-     * could be; never, as before, left behind younger spans). */
+    /* The LRU stays oldest first, which decay relies on: a span older
+     * than the tail (a recent span filed late, one filed back whole on
+     * ENOMEM) takes the tail's time (it is purged a little later than it
+     * could be; never left behind younger spans). */
     if (lru_tail && s->freed_at < lru_tail->freed_at)
         s->freed_at = lru_tail->freed_at;
     s->lru_prev = lru_tail;
@@ -509,9 +509,11 @@ static struct span *grow(size_t npages, size_t align_pages)
     return s;
 }
 
-/* Splits pages [start, start + npages) of free span `s` (on no list) off as
- * a new free span and files it.  False on ENOMEM (nothing changed). */
-static bool split_off(struct span *s, uintptr_t start, size_t npages)
+/* Splits pages [start, start + npages) of free span `s` (on no bucket's
+ * list) off as a new free span and files it: if `s` is dirty and still in
+ * the LRU (in_lru), there just before it, with its time, else as any
+ * free span.  False on ENOMEM (nothing changed). */
+static bool split_off(struct span *s, uintptr_t start, size_t npages, bool in_lru)
 {
     struct span *r = record_new();
     if (!r)
@@ -522,32 +524,50 @@ static bool split_off(struct span *s, uintptr_t start, size_t npages)
     r->dirty = s->dirty;
     r->freed_at = s->freed_at;
     register_ends(r);
-    list_insert(r);
+    if (!in_lru) {
+        list_insert(r);
+        return true;
+    }
+    bucket_insert(r);
+    r->lru_prev = s->lru_prev;
+    r->lru_next = s;
+    if (s->lru_prev)
+        s->lru_prev->lru_next = r;
+    else
+        lru_head = r;
+    s->lru_prev = r;
     return true;
 }
 
-/* Cuts the aligned run of `npages` out of free span `s` (on no list),
- * filing what is left before and after it.  False on ENOMEM: `s` is then
- * filed back whole. */
-static bool carve(struct span *s, size_t npages, size_t align_pages)
+/* Cuts the aligned run of `npages` out of free span `s` (on no bucket's
+ * list; in the LRU if in_lru), filing what is left before and after it,
+ * and takes `s` out of the LRU.  What is left keeps the place and time of
+ * `s` in the LRU: appended at its tail, as it was, an old dirty span that
+ * a buffer was cut from again and again (while younger dirty spans were
+ * about) looked freed just now each time, and stayed resident for good.
+ * False on ENOMEM: `s` is then filed back whole. */
+static bool carve(struct span *s, size_t npages, size_t align_pages, bool in_lru)
 {
     uintptr_t at = sa_align_up(s->start, align_pages << SA_PAGE_SHIFT);
     size_t before = (at - s->start) >> SA_PAGE_SHIFT;
     size_t after = s->npages - before - npages;
-    if (before && !split_off(s, s->start, before)) {
-        insert_coalesced(s); /* nothing split off */
-        return false;
-    }
-    if (after && !split_off(s, at + (npages << SA_PAGE_SHIFT), after)) {
+    bool ok = false;
+    if (before && !split_off(s, s->start, before, in_lru)) {
+        /* nothing split off */
+    } else if (after && !split_off(s, at + (npages << SA_PAGE_SHIFT), after, in_lru)) {
         /* The pages before are filed already: the rest joins them again. */
         s->start = at;
         s->npages -= before;
-        insert_coalesced(s);
-        return false;
+    } else {
+        s->start = at;
+        s->npages = npages;
+        ok = true;
     }
-    s->start = at;
-    s->npages = npages;
-    return true;
+    if (in_lru)
+        lru_unlink(s);
+    if (!ok)
+        insert_coalesced(s);
+    return ok;
 }
 
 /* Debug builds: every free list, the dirty LRU, the counts and the free
@@ -568,6 +588,7 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     }
     sa_lock(&ph_lock);
     struct span *s = align_pages <= 1 ? recent_pop(npages) : NULL;
+    bool in_lru = false; /* s: from the lists, dirty */
     if (!s) {
         s = find_free(npages + align_pages - 1);
         if ((!s || !s->dirty) && stats.recent) {
@@ -575,12 +596,14 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
             recent_flush();
             s = find_free(npages + align_pages - 1);
         }
-        if (s)
-            list_remove(s);
-        else
+        if (s) {
+            bucket_remove(s); /* carve takes it out of the LRU */
+            in_lru = s->dirty;
+        } else {
             s = grow(npages, align_pages);
+        }
     }
-    if (!s || !carve(s, npages, align_pages)) {
+    if (!s || !carve(s, npages, align_pages, in_lru)) {
         sa_unlock(&ph_lock);
         errno = ENOMEM;
         return NULL;

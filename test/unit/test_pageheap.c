@@ -272,6 +272,50 @@ static void test_pageheap_old_dirty_pages_keep_their_time_when_merged(void **sta
     pageheap_set_decay_ms(saved);
 }
 
+/* What is left of an old dirty span a run was cut from keeps its time:
+ * filed at the LRU's tail, behind a younger dirty span, it took that
+ * span's time, and a buffer cut from it again and again kept it resident
+ * for good.  Here 1100 dirty pages wait 150 ms, 50 are freed elsewhere, a
+ * run of 1098 is cut from the 1100, and 100 ms later (250 ms after the
+ * 1100, decay 200 ms) a decay pass purges the 2 left. */
+static void test_pageheap_old_dirty_pages_keep_their_time_when_cut(void **state)
+{
+    (void)state;
+    enum { TRIES = 64 };
+    long saved = pageheap_decay_ms();
+    quiet_heap();
+    pageheap_set_decay_ms(200);
+    struct span *young = pageheap_alloc(50, 1, 0, NULL), *s = pageheap_alloc(1200, 1, 0, NULL);
+    assert_non_null(young);
+    assert_non_null(s);
+    memset((void *)young->start, 1, 50 * SA_PAGE_SIZE);
+    memset((void *)s->start, 1, 1200 * SA_PAGE_SIZE);
+    uintptr_t old_start = s->start + 100 * SA_PAGE_SIZE, old_end = span_end(s);
+    assert_true(pageheap_shrink(s, 100)); /* pages 100..1199: dirty, free */
+    struct timespec nap = {0, 150 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    pageheap_free(young); /* the LRU's tail: younger */
+    /* The run from the old pages: the best fit, unless a clean span of
+     * 1098 or 1099 pages is about (held meanwhile). */
+    struct span *held[TRIES], *run = NULL;
+    unsigned n = 0;
+    while (n < TRIES && (run = pageheap_alloc(1098, 1, 0, NULL)) && run->start != old_start)
+        held[n++] = run;
+    assert_non_null(run);
+    assert_int_equal(run->start, old_start);
+    nap.tv_nsec = 100 * 1000 * 1000;
+    nanosleep(&nap, NULL);
+    pageheap_decay_now();
+    struct span *left = free_span_covering(old_end - SA_PAGE_SIZE);
+    assert_non_null(left);
+    assert_false(left->dirty);
+    pageheap_free(run);
+    while (n)
+        pageheap_free(held[--n]);
+    pageheap_free(s);
+    pageheap_set_decay_ms(saved);
+}
+
 /* From a quiet heap: a span of 8 pages shrunk to 4, its last 4 pages freed
  * (a recent span). */
 static struct span *four_pages_and_a_recent_tail(void)
@@ -437,6 +481,8 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_purge_releases_everything_dirty, check_after),
         cmocka_unit_test_teardown(test_pageheap_decay, check_after),
         cmocka_unit_test_teardown(test_pageheap_old_dirty_pages_keep_their_time_when_merged,
+                                  check_after),
+        cmocka_unit_test_teardown(test_pageheap_old_dirty_pages_keep_their_time_when_cut,
                                   check_after),
         cmocka_unit_test_teardown(test_pageheap_recent_spans_come_back_unmerged, check_after),
         cmocka_unit_test_teardown(test_pageheap_recent_spans_go_first_to_the_lists, check_after),
