@@ -908,11 +908,36 @@ static void describe_freed(const void *p, const struct sample *s)
     print_stack(s->stack);
 }
 
+/* A pointer past the first and last pages of a sampled large span, which
+ * are all the pagemap records of a large span: found among the live
+ * samples (on the way to an abort, so a walk of them all will do). */
+static void describe_in_large_sample(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    struct sample found = {.stack = NULL};
+    for (unsigned i = 0; i < SAMPLE_SHARDS && !found.stack; i++) {
+        sa_polled_lock(&shards[i].lock);
+        for (const struct sample *s = shards[i].live; s; s = s->next)
+            if (s->span && a >= (uintptr_t)s->ptr && a - (uintptr_t)s->ptr < s->map_len) {
+                found = *s;
+                break;
+            }
+        sa_polled_unlock(&shards[i].lock);
+    }
+    if (!found.stack)
+        return;
+    sa_message("  %p is %zu bytes into the sampled %zu-byte block at %p, allocated at:", p,
+               (size_t)(a - (uintptr_t)found.ptr), found.usable, found.ptr);
+    print_stack(found.stack);
+}
+
 void prof_describe(const void *p)
 {
     struct span *span = pagemap_span(p);
-    if (!span || (uintptr_t)p < span->start || (uintptr_t)p >= span_end(span))
+    if (!span || (uintptr_t)p < span->start || (uintptr_t)p >= span_end(span)) {
+        describe_in_large_sample(p);
         return;
+    }
     unsigned state = __atomic_load_n(&span->state, __ATOMIC_ACQUIRE);
     const struct sample *s = state == SPAN_SAMPLED || state == SPAN_LARGE ? span->sample : NULL;
     if (s) {

@@ -68,6 +68,7 @@ static void *volatile sink;
 void interior_free(void), double_free_in_cache(void), double_free_in_span(void);
 void never_allocated(void), wrong_size(void), right_sizes(void);
 void into_sampled_block(void), double_free_sampled(void), realloc_after_free(void);
+void into_sampled_large_block(void);
 
 /* Prints the block's address for the parent to match in the message. */
 static void *announce(void *p)
@@ -152,6 +153,13 @@ __attribute__((noinline)) void into_sampled_block(void)
     free(p + 8);
 }
 
+/* Past the pages the pagemap records of a large span (its first and last). */
+__attribute__((noinline)) void into_sampled_large_block(void)
+{
+    char *p = announce(malloc((size_t)1 << 20));
+    free(p + (512 << 10));
+}
+
 __attribute__((noinline)) void double_free_sampled(void)
 {
     void *p = announce(malloc(100));
@@ -168,6 +176,7 @@ static const struct {
     {"wrong_size", wrong_size},           {"right_sizes", right_sizes},
     {"into_sampled_block", into_sampled_block}, {"double_free_sampled", double_free_sampled},
     {"realloc_after_free", realloc_after_free},
+    {"into_sampled_large_block", into_sampled_large_block},
 };
 
 /* ---- the parent ---- */
@@ -245,6 +254,9 @@ static void test_check_sampled_blocks_name_their_stack(void **state)
     expect_abort("into_sampled_block", "lg_prof_sample:0",
                  "  %p is 8 bytes into the sampled 112-byte block at %p, allocated at:", 8,
                  "into_sampled_block");
+    expect_abort("into_sampled_large_block", "lg_prof_sample:0",
+                 "  %p is 524288 bytes into the sampled 1048576-byte block at %p, allocated at:",
+                 512 << 10, "into_sampled_large_block");
     expect_abort("double_free_sampled", "lg_prof_sample:0",
                  "salloc: free(): invalid pointer %p", 0, "double_free_sampled");
     struct child_outcome o;
