@@ -276,10 +276,22 @@ void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack
 
 void stack_accum_reset(uint32_t epoch)
 {
-    __atomic_store_n(&accum_epoch, epoch, __ATOMIC_RELAXED);
+    /* Never back, when two resets cross (as prof.c's forget_live): the
+     * earlier one, finishing last, would count no sample until the next
+     * reset; and it stops zeroing once the later one has begun. */
+    uint32_t now = __atomic_load_n(&accum_epoch, __ATOMIC_RELAXED);
+    do {
+        if ((int32_t)(epoch - now) <= 0)
+            return;
+    } while (!__atomic_compare_exchange_n(&accum_epoch, &now, epoch, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
     /* Groups are kept (they are metadata), only their counts go. */
     for (unsigned s = 0; s < SHARDS; s++) {
         sa_lock(&shards[s].lock);
+        if (__atomic_load_n(&accum_epoch, __ATOMIC_RELAXED) != epoch) {
+            sa_unlock(&shards[s].lock);
+            return;
+        }
         for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
             for (struct prof_stack *st = chains[s][b]; st; st = st->next)
                 for (struct stack_accum *g = st->accum; g; g = g->next)

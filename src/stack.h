@@ -83,7 +83,8 @@ void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack
                          void *arg);
 /* Forgets every accumulated count (prof.reset): counts go on only for
  * samples of epoch `epoch`.  Before the live samples move to it, so that a
- * sample published in it is counted. */
+ * sample published in it is counted.  An epoch no later than the counted
+ * one (a reset overtaken by another) changes nothing. */
 void stack_accum_reset(uint32_t epoch);
 
 /* Loads the unwinder now (start-up), so samples never do it. */

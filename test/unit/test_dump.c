@@ -515,6 +515,25 @@ static void test_dump_reset_forgets_a_sample_being_counted(void **state)
     prof_reset(LG);
 }
 
+/* Two prof.reset calls crossing: the later one's reset of the accumulated
+ * counts done first, the earlier one's last.  The counted epoch stays the
+ * later one's, as the live samples' does; it went back to the earlier one's,
+ * and no sample counted until the next reset. */
+static void test_dump_crossing_resets_keep_counting(void **state)
+{
+    (void)state;
+    bool saved = opt_prof_accum;
+    opt_prof_accum = true;
+    prof_reset(0); /* R = 1 byte: every block is sampled */
+    stack_accum_reset(1); /* the first epoch's: a reset older than any, done last */
+    void *p = malloc(64);
+    assert_int_equal(prof_sample_count(), 1);
+    assert_int_equal(accumulated_samples(), 1);
+    free(p);
+    opt_prof_accum = saved;
+    prof_reset(LG);
+}
+
 /* jeprof's --alloc_space view: with prof_accum, freed objects still count
  * in the [allocated-ever] pair, unbiased like the live one. */
 static void test_dump_accumulated_counts(void **state)
@@ -686,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_dump_rate_change_keeps_estimate),
         cmocka_unit_test(test_dump_accumulated_counts),
         cmocka_unit_test(test_dump_reset_forgets_a_sample_being_counted),
+        cmocka_unit_test(test_dump_crossing_resets_keep_counting),
         cmocka_unit_test(test_dump_replayed_walks_keep_their_own_stacks),
         cmocka_unit_test(test_dump_maps_sorted_while_mappings_change),
     };
