@@ -487,7 +487,12 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
     const struct unwind_from from = UNWIND_FROM_HERE(); /* if a sample is taken */
     /* Small (ordinary or sampled), or large with a small usable size (an
      * aligned block): the usable size stays. */
-    if (old <= SA_MAX_SMALL && keeps_small(old, n)) {
+    /* Or a guarded large sample (its own mapping, no large span) that
+     * needs as many pages: it once moved, and was decided afresh, at every
+     * realloc, to the same size too. */
+    if (old <= SA_MAX_SMALL ? keeps_small(old, n)
+                            : n <= old && sa_pages_for(n) == sa_pages_for(old) && !cls &&
+                                  pageheap_sampled_span(p)) {
         if (tc)
             count_unsampled(tc, old);
         return p;

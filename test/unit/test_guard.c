@@ -203,6 +203,26 @@ static void test_guard_calloc_and_realloc(void **state)
     }
 }
 
+/* A guarded large sample (its own mapping) realloc'd to no more than its
+ * usable size in as many pages stays where it is, sampled, guarded: it
+ * once moved (and was drawn again) every time, to the same size too. */
+static void test_guard_large_realloc_in_place(void **state)
+{
+    (void)state;
+    size_t n = SA_MAX_SMALL + 4096 * 3 + 100;
+    char *p = ALLOC_SAMPLED(malloc(n));
+    size_t usable = malloc_usable_size(p);
+    memset(p, 0x5a, usable);
+    assert_ptr_equal(realloc(p, usable), p);
+    assert_ptr_equal(realloc(p, n - 50), p);
+    assert_true(prof_is_sampled(p));
+    check_block(p, usable, 16);
+    char *q = realloc(p, usable + 1); /* past its pages: it moves */
+    assert_ptr_not_equal(q, p);
+    assert_true(q[0] == 0x5a && q[usable - 1] == 0x5a);
+    free(q);
+}
+
 /* ---- quarantine ---- */
 
 static size_t count_mappings(void)
@@ -466,6 +486,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_blocks_end_at_the_guard_page),
         cmocka_unit_test(test_guard_calloc_and_realloc),
+        cmocka_unit_test(test_guard_large_realloc_in_place),
         cmocka_unit_test(test_guard_quarantine),
         cmocka_unit_test(test_guard_reports),
         cmocka_unit_test(test_guard_every),
