@@ -444,7 +444,8 @@ clean:
 # allocates with ASan's malloc and the targets call salloc's internals
 # (conf_apply, mallctl, ...).  cxx_new.c stays out (ASan has its own
 # operator new).  The salloc command's readers (tools/) are compiled with
-# the same sanitizers into build/fuzz/tools.
+# the same sanitizers into build/fuzz/tools; fuzz_unwind compiles
+# src/unwind.c into itself.
 #   make fuzz         each target for FUZZ_SECONDS, from its corpus
 #   make fuzz-smoke   each target for FUZZ_SMOKE_SECONDS from the committed
 #                     seeds alone, then every file of
@@ -455,7 +456,7 @@ clean:
 FUZZ_CC            ?= clang
 FUZZ_SECONDS       ?= 120
 FUZZ_SMOKE_SECONDS ?= 5
-FUZZ_TARGETS   := fuzz_conf fuzz_mallctl fuzz_dump_readers
+FUZZ_TARGETS   := fuzz_conf fuzz_mallctl fuzz_dump_readers fuzz_unwind
 FUZZ_BINS      := $(FUZZ_TARGETS:%=build/fuzz/%)
 FUZZ_SAN       := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_RENAME    := $(foreach f,$(TSAN_API),-D$(f)=sa_fuzz_$(f))
@@ -511,6 +512,14 @@ build/fuzz/string_leaves.ok: src/ctl.c test/fuzz/fuzz_mallctl.c test/fuzz/check_
 build/fuzz/fuzz_dump_readers: test/fuzz/fuzz_dump_readers.c test/fuzz/fuzz_util.h tools/symbolize.c \
                               tools/cli.h $(FUZZ_TOOL_OBJS) build/fuzz/elf_sample
 	$(FUZZ_CC) $(FUZZ_TFLAGS) -o $@ $< $(FUZZ_TOOL_OBJS) -lm
+
+# unwind.c is compiled into the target itself (#include), its object
+# lookups redirected to the object the input makes up: see the file.  As
+# src/ code it gets the ignore list too.
+build/fuzz/fuzz_unwind: test/fuzz/fuzz_unwind.c test/fuzz/fuzz_util.h src/unwind.c $(wildcard src/*.h) \
+                        $(FUZZ_IGNORELIST) | build/fuzz/lib
+	$(FUZZ_CC) $(FUZZ_TFLAGS) $(if $(FUZZ_IGNORELIST),-fsanitize-ignorelist=$(FUZZ_IGNORELIST)) \
+	    -o $@ $< -ldl
 
 build/fuzz/elf_sample: test/fuzz/elf_sample.c | build/fuzz/lib
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -o $@ $< -ldl
