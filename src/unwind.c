@@ -1048,7 +1048,10 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
                 w->rbp_used = true;
             }
             uintptr_t cfa = (RULE_CFA_RBP(r) ? rbp : sp) + RULE_CFA_OFF(r);
-            if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME)
+            /* rsp is always 8-aligned on x86-64: a CFA that is not comes
+             * from a wrong rule, or from an rbp that is no frame pointer,
+             * and its words would be read through misaligned pointers. */
+            if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME || cfa % 8)
                 return n;
             pc = read_word(rec, w, cfa - 8);
             if (RULE_RBP_SLOT(r)) {

@@ -40,12 +40,12 @@
  * as it does for libgcc.
  *
  * Safety: the walker reads only stack memory its rules point at; a rule
- * must move the CFA up by at least the return address and at most
- * UNWIND_MAX_FRAME bytes, else the capture gives up.  It never allocates,
- * takes no lock (with _dl_find_object; else the loader's, through
- * dl_iterate_phdr: then a fork() taken while another thread holds it can
- * leave a child's sampled malloc waiting for good, a glibc limitation), and
- * is called with no allocator lock held (stack.h).
+ * must move the CFA up, to an 8-aligned address, by at least the return
+ * address and at most UNWIND_MAX_FRAME bytes, else the capture gives up.
+ * It never allocates, takes no lock (with _dl_find_object; else the
+ * loader's, through dl_iterate_phdr: then a fork() taken while another
+ * thread holds it can leave a child's sampled malloc waiting for good, a
+ * glibc limitation), and is called with no allocator lock held (stack.h).
  */
 #ifndef SA_UNWIND_H
 #define SA_UNWIND_H
