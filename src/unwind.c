@@ -731,6 +731,10 @@ static uint32_t rule_of_row(const struct row *r, const struct cie *ci)
            (uint32_t)r->cfa_off << 12;
 }
 
+/* x86-64 Linux's signal return trampoline (glibc's __restore_rt, the
+ * sa_restorer every handler returns through): mov $15, %rax; syscall. */
+static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05};
+
 /* The rule for code address `pc` in object `o`, from its .eh_frame. */
 static uint32_t rule_in_object(const struct object *o, uintptr_t pc)
 {
@@ -755,8 +759,13 @@ static uint32_t rule_in_object(const struct object *o, uintptr_t pc)
         return RULE_GIVE_UP;
     if (pc < begin || pc - begin >= range)
         return RULE_END; /* in a gap between FDEs: no unwind information */
-    if (ci.signal_frame)
-        return RULE_SIGNAL;
+    /* walk() compares the code at the return address (pc + 1), or at an
+     * interrupted instruction (pc), with sigreturn's: bytes the object must
+     * have, which an FDE's range alone does not promise. */
+    if (ci.signal_frame) {
+        bool code_there = !object_bytes(o, pc, 1 + sizeof(sigreturn_code)).bad;
+        return code_there ? RULE_SIGNAL : RULE_GIVE_UP;
+    }
     struct row initial = {.cfa_reg = DW_REG_RSP}, r;
     struct program pg = {.ci = &ci, .initial = NULL, .target = pc};
     struct cursor init = ci.initial;
@@ -978,10 +987,6 @@ static uint32_t rule_for(struct walk_state *w, uintptr_t pc)
     }
     return rule;
 }
-
-/* x86-64 Linux's signal return trampoline (glibc's __restore_rt, the
- * sa_restorer every handler returns through): mov $15, %rax; syscall. */
-static const unsigned char sigreturn_code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05};
 
 /* A stack word the walk reads, noted in `rec` (if any) for a replay. */
 static uintptr_t read_word(struct unwind_memo *rec, struct walk_state *w, uintptr_t addr)
