@@ -153,6 +153,15 @@ int cmd_run(int argc, char **argv)
         free(lib);
         return 1;
     }
+    /* The dynamic loader splits LD_PRELOAD at spaces and colons: such a
+     * path would run the program without salloc, and no dump to show. */
+    if (strpbrk(lib, " \t:")) {
+        fprintf(stderr, "salloc run: the library path '%s' holds a space or ':', which LD_PRELOAD "
+                        "splits on; name one without them in SALLOC_LIB (a symbolic link will do)\n",
+                lib);
+        free(lib);
+        return 1;
+    }
     /* An absolute prefix, so that a program that changes directory still
      * writes its dumps where the listing below looks for them. */
     char *abs_prefix;

@@ -270,6 +270,22 @@ static void test_cli_run_writes_text_whatever_the_format(void **state)
         fail_msg("salloc run under prof_format:pb exited %d, listing no .f.heap:\n%s", r.status, r.err);
 }
 
+/* A library path LD_PRELOAD would split: said so, and the program not run
+ * (it ran without salloc, and run said only that it wrote no dump). */
+static void test_cli_run_refuses_a_library_path_preload_splits(void **state)
+{
+    (void)state;
+    static struct run r;
+    char lib[4200];
+    snprintf(lib, sizeof(lib), "SALLOC_LIB=%s", tmp_path("a lib.so"));
+    const char *real = env_path("SALLOC_LIB", "path of lib/libsalloc.so");
+    assert_int_equal(symlink(real, lib + strlen("SALLOC_LIB=")), 0);
+    run(&r, (char *const[]){"env", lib, (char *)salloc_cmd(), "run", "-o", tmp_path("spaced"), "--",
+                            "true", NULL});
+    if (r.status != 1 || !strstr(r.err, "holds a space or ':'"))
+        fail_msg("salloc run with a library path holding a space exited %d:\n%s", r.status, r.err);
+}
+
 static void need_demo_dump(void)
 {
     if (!demo_dump[0])
@@ -597,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_cli_run_writes_final_dump),
         cmocka_unit_test(test_cli_run_lists_dumps_of_any_prefix),
         cmocka_unit_test(test_cli_run_writes_text_whatever_the_format),
+        cmocka_unit_test(test_cli_run_refuses_a_library_path_preload_splits),
         cmocka_unit_test(test_cli_top_names_demo_sites),
         cmocka_unit_test(test_cli_top_matches_jeprof),
         cmocka_unit_test(test_cli_top_explains_missing_values),
