@@ -67,6 +67,7 @@ struct profile {
     double rate;                 /* mean sampling interval R in bytes */
     bool has[V_COUNT];           /* which values this file carries */
     bool fragmentation_dump;     /* inuse_space is free span space (salloc) */
+    bool peak_dump;              /* the samples live at the heap's peak (salloc) */
     struct record *recs;
     size_t nrecs;
     struct mapping *maps;

@@ -179,12 +179,17 @@ static int write_svg(FILE *f, const struct profile *p, struct node *root)
     fprintf(f, "<style>text { font-family: monospace; font-size: %dpx; fill: #000; } "
                "rect:hover { stroke: #000; stroke-width: 0.5; }</style>\n", FONT);
     fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%zu\" fill=\"#f8f8f0\"/>\n", WIDTH, L.height);
-    fputs("<text x=\"600\" y=\"18\" text-anchor=\"middle\" style=\"font-size:15px\">salloc: live heap, ", f);
+    /* What the bytes are: a fragmentation dump's are free span space. */
+    const char *what = p->fragmentation_dump ? "fragmentation (free space in spans kept by live objects)"
+                       : p->peak_dump        ? "heap at its peak"
+                                             : "live heap";
+    const char *bytes = p->fragmentation_dump ? "free in spans" : "live";
+    fprintf(f, "<text x=\"600\" y=\"18\" text-anchor=\"middle\" style=\"font-size:15px\">salloc: %s, ", what);
     xml_escape(f, p->path, 200);
     fputs("</text>\n", f);
-    fprintf(f, "<text x=\"600\" y=\"34\" text-anchor=\"middle\">%.0f bytes (%s) live, unbiased; "
+    fprintf(f, "<text x=\"600\" y=\"34\" text-anchor=\"middle\">%.0f bytes (%s) %s, unbiased; "
                "sampling 1 in %.0f bytes; width = bytes, root at the bottom, caller of malloc on top</text>\n",
-            root->value, human_bytes(root->value, h, sizeof(h)), p->rate);
+            root->value, human_bytes(root->value, h, sizeof(h)), bytes, p->rate);
     draw(&L, root, 0, 0, MARGIN, WIDTH - MARGIN);
     fputs("</svg>\n", f);
     return ferror(f) ? -1 : 0;

@@ -273,6 +273,8 @@ int heapv2_parse(const char *buf, size_t len, struct profile *p)
                 p->has[V_RESIDENT] = p->has[V_SWAPPED] = p->has[V_FRAGMENTATION] = true;
             } else if (strstr(tmp, "fragmentation profile")) {
                 p->fragmentation_dump = true;
+            } else if (strstr(tmp, "peak profile")) {
+                p->peak_dump = true;
             }
             continue;
         }

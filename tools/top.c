@@ -59,6 +59,11 @@ static int pick_value(const struct profile *p, enum metric m, bool alloc)
         }
         if (m == M_FRAGMENTATION && p->fragmentation_dump)
             return V_INUSE_SPACE;
+        if (!p->has[m == M_RESIDENT ? V_RESIDENT : V_FRAGMENTATION] && p->peak_dump) {
+            fprintf(stderr, "salloc: %s: a peak dump carries no %s bytes (the samples it lists "
+                            "may be gone; their pages were not read)\n", p->path, what);
+            return -1;
+        }
         if (!p->has[m == M_RESIDENT ? V_RESIDENT : V_FRAGMENTATION]) {
             fprintf(stderr,
                     "salloc: %s: this %s dump carries no %s bytes: it has no '# salloc: resident' "
@@ -162,7 +167,10 @@ int cmd_top(int argc, char **argv)
     static const char *const vnames[] = {"inuse objects", "inuse space", "alloc objects",
                                          "alloc space", "resident space", "swapped space",
                                          "fragmentation space"};
-    const char *vname = (v == V_INUSE_SPACE && m == M_FRAGMENTATION) ? "fragmentation space" : vnames[v];
+    /* A fragmentation dump's "inuse" bytes are free span space, whichever
+     * option ranked them. */
+    const char *vname = v == V_INUSE_SPACE && (m == M_FRAGMENTATION || p.fragmentation_dump)
+                            ? "fragmentation space" : vnames[v];
     bool objects = v == V_INUSE_OBJECTS || v == V_ALLOC_OBJECTS;
     char h1[32];
     printf("%s: %s dump, sampling 1 in %.0f bytes, %zu stacks\n", p.path, p.format, p.rate, p.nrecs);

@@ -527,6 +527,38 @@ static void test_cli_nothing_live_is_no_row(void **state)
         fail_msg("salloc diff lists a function with no live bytes:\n%s", r.out);
 }
 
+/* A fragmentation dump's bytes are free span space, and a peak dump has
+ * no residency: top and flame say what they show.  Both were called live
+ * heap ("inuse space"), and --resident on a peak dump blamed jemalloc or
+ * an unreadable pagemap. */
+static void test_cli_names_fragmentation_and_peak_dumps(void **state)
+{
+    (void)state;
+    const char frag[] = "heap_v2/1024\n"
+                        "# salloc: fragmentation profile: bytes are the free span space each stack keeps alive\n"
+                        "  t*: 3: 300 [0: 0]\n@ 0x1000\n  t*: 3: 300 [0: 0]\n";
+    const char peak[] = "heap_v2/1024\n# salloc: peak profile: the live samples at the last heap peak\n"
+                        "  t*: 3: 300 [0: 0]\n@ 0x1000\n  t*: 3: 300 [0: 0]\n";
+    write_file(tmp_path("f.heap"), frag, strlen(frag));
+    write_file(tmp_path("p.heap"), peak, strlen(peak));
+    static struct run r;
+    run(&r, (char *const[]){(char *)salloc_cmd(), "top", tmp_path("f.heap"), NULL});
+    assert_int_equal(r.status, 0);
+    if (!strstr(r.out, "Total fragmentation space"))
+        fail_msg("top of a fragmentation dump:\n%s", r.out);
+    const char *svg = tmp_path("f.svg");
+    run(&r, (char *const[]){(char *)salloc_cmd(), "flame", tmp_path("f.heap"), "-o", (char *)svg, NULL});
+    assert_int_equal(r.status, 0);
+    static char text[1 << 16];
+    slurp(svg, text, sizeof(text));
+    if (!strstr(text, "salloc: fragmentation") || strstr(text, "live heap"))
+        fail_msg("flame of a fragmentation dump is titled otherwise:\n%.400s", text);
+    run(&r, (char *const[]){(char *)salloc_cmd(), "top", "--resident", tmp_path("p.heap"), NULL});
+    assert_int_equal(r.status, 1);
+    if (!strstr(r.err, "a peak dump carries no resident bytes"))
+        fail_msg("top --resident of a peak dump:\n%s", r.err);
+}
+
 /* A failing command: non-zero exit, a message, no signal. */
 static void expect_failure(const char *what, char *const argv[])
 {
@@ -621,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_cli_flame_writes_through_links),
         cmocka_unit_test(test_cli_diff_shows_growth),
         cmocka_unit_test(test_cli_nothing_live_is_no_row),
+        cmocka_unit_test(test_cli_names_fragmentation_and_peak_dumps),
         cmocka_unit_test(test_cli_rejects_bad_dumps),
         cmocka_unit_test(test_cli_usage),
     };
