@@ -410,7 +410,8 @@ class Cursor:
         self.pos += n
         return v
 
-    def uleb(self):
+    def leb(self):
+        """A LEB128 number: its value as unsigned, its bit count, its last byte."""
         v = shift = 0
         while True:
             b = self.data[self.pos]
@@ -418,17 +419,14 @@ class Cursor:
             v |= (b & 0x7F) << shift
             shift += 7
             if not b & 0x80:
-                return v
+                return v, shift, b
+
+    def uleb(self):
+        return self.leb()[0]
 
     def sleb(self):
-        v = shift = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return v - (1 << shift) if b & 0x40 else v
+        v, shift, last = self.leb()
+        return v - (1 << shift) if last & 0x40 else v
 
     def encoded(self, enc):
         field = self.base + self.pos
