@@ -105,30 +105,36 @@ struct sample {
 };
 
 #define SAMPLE_SHARDS 16
+#define SHARD_SPARES PROF_SHARD_SPARES /* see "spare mappings" below */
+#define SHARD_SPARE_BYTES PROF_SHARD_SPARE_BYTES
 
+/* Two cache lines: the first for the records, the second for the spare
+ * mappings.  Only the threads sampling into a shard (one, up to
+ * SAMPLE_SHARDS threads) and those freeing its samples write them. */
 static struct sample_shard {
     sa_polled_lock_t lock; /* see lock.h: a sample and its free hold it briefly */
     struct sample *live;  /* doubly linked */
     struct sample *spare; /* records to reuse */
     size_t count;
     size_t own_bytes; /* of the live samples' own mappings (stats.allocated) */
-    /* A freed sample's mapping waiting for the shard's next sample of its
-     * length (see "spare mappings" below), and when it was freed. */
-    struct span *spare_map;
-    uint64_t spare_freed_at;
-    uint32_t spare_bytes; /* its length (up to 64 KiB), 0 if none; atomic reads */
     /* The prof.reset generation its new samples take, and the only one its
      * part of the live estimate counts (forget_live moves it on). */
     uint32_t live_epoch;
+    uint32_t spare_bytes; /* of its spare mappings; atomic reads */
+    unsigned nspares;
+    /* Freed samples' mappings waiting for the shard's next samples of their
+     * lengths, oldest first, and when each was freed. */
+    _Alignas(SA_CACHELINE) struct span *spare_map[SHARD_SPARES];
+    uint64_t spare_freed_at[SHARD_SPARES];
 } shards[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE) = {
     [0 ... SAMPLE_SHARDS - 1] = {.lock = SA_POLLED_LOCK_INITIALIZER(LOCK_RANK_SAMPLES),
                                  .live_epoch = 1},
 };
 
-/* One line each, so that sh - shards, which a sample's publish and release
+/* A power of two, so that sh - shards, which a sample's publish and release
  * take, is a shift (72 bytes made it a multiply and cost each sample 6
  * instructions). */
-_Static_assert(sizeof(struct sample_shard) == SA_CACHELINE, "a shard is a cache line");
+_Static_assert(sizeof(struct sample_shard) == 2 * SA_CACHELINE, "a shard is two cache lines");
 
 /* A thread publishes its samples in its own shard (assigned round robin),
  * so that up to SAMPLE_SHARDS threads sampling at once meet only when one
@@ -142,14 +148,18 @@ static struct sample_shard *home(const struct sample *s) { return &shards[s->sha
 /* The live estimate (unbiased live bytes, from the samples since the last
  * prof.reset), in one part per shard, each written only under its shard's
  * lock: a sample and its free change it with a plain store where a locked
- * add would cost as much as the lock again.  Packed, so a sum reads two
- * cache lines. */
-static int64_t shard_live[SAMPLE_SHARDS] SA_ALIGNED(SA_CACHELINE);
+ * add would cost as much as the lock again.  A line each: packed into two,
+ * every sample and free of one thread took the line from the others, and
+ * at 2 threads sampling every 4 KiB the stores to it were 9% of the run
+ * (perf); a sum reads 16 lines, which their owners write only at samples. */
+static struct {
+    _Alignas(SA_CACHELINE) int64_t bytes;
+} shard_live[SAMPLE_SHARDS];
 
 /* Under sh's lock. */
 static void shard_live_add(const struct sample_shard *sh, int64_t delta)
 {
-    int64_t *part = &shard_live[sh - shards];
+    int64_t *part = &shard_live[sh - shards].bytes;
     __atomic_store_n(part, *part + delta, __ATOMIC_RELAXED);
 }
 
@@ -158,7 +168,7 @@ static int64_t live_estimate(void)
     int64_t sum = 0;
 #pragma GCC unroll 16
     for (size_t i = 0; i < SAMPLE_SHARDS; i++)
-        sum += __atomic_load_n(&shard_live[i], __ATOMIC_RELAXED);
+        sum += __atomic_load_n(&shard_live[i].bytes, __ATOMIC_RELAXED);
     return sum;
 }
 
@@ -257,7 +267,7 @@ static void forget_live(uint32_t e)
             sh->live_epoch = e;
             for (struct sample *s = sh->live; s; s = s->next)
                 s->weight = 0;
-            __atomic_store_n(&shard_live[i], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&shard_live[i].bytes, 0, __ATOMIC_RELAXED);
         }
         sa_polled_unlock(&sh->lock);
     }
@@ -486,48 +496,64 @@ static void sample_recycle(struct sample_shard *sh, struct sample *s)
 
 /* ---- spare mappings ----
  *
- * A freed sample's mapping of up to SPARE_MAX_PAGES waits in its record's
+ * A freed sample's mapping of up to SHARD_SPARE_BYTES waits in its record's
  * shard for the shard's next sample of its length.  It is taken and given
  * back under the shard lock that publishing and releasing the record hold
- * anyway, so a thread sampling one length again and again reuses its
- * mapping with no atomic instruction of its own (sampled_pages.c's hot
- * slots cost one each way: an exchange and a compare-and-swap, each
- * waiting for the stores before it).  sampled_pages.c keeps the rest.
+ * anyway, so a thread sampling a few lengths again and again reuses its
+ * mappings with no atomic instruction of its own and nothing another
+ * thread writes (sampled_pages.c's hot slots and lock are shared by all
+ * threads).  sampled_pages.c keeps the rest.
  *
- * A spare is dirty, and decays as sampled_pages' mappings do: a free at
+ * Up to SHARD_SPARES, not one: a thread keeps a few samples live at once
+ * and frees them in any order, so a shard of one spare sent a free that
+ * found it taken to sampled_pages.c, and the next sample after two frees
+ * back for a mapping.  scale_local at 2 threads sampling every 4 KiB (about
+ * 2 samples live per thread) spent 18% of its time in sampled_pages.c's
+ * shared slots and lock (perf) with one spare.
+ *
+ * Spares are dirty, and decay as sampled_pages' mappings do: a free at
  * most every eighth of the decay time gives back, purged, the spares idle
  * longer than it; malloc_trim purges them all; with dirty_decay_ms 0
  * (purge at once) there are none. */
-#define SPARE_MAX_PAGES (((size_t)64 << 10) >> SA_PAGE_SHIFT)
-
 static uint64_t next_spare_check; /* atomic */
 
-static void spare_set_locked(struct sample_shard *sh, struct span *m, uint64_t freed_at)
-{
-    sh->spare_map = m;
-    sh->spare_freed_at = freed_at;
-    uint32_t bytes = m ? (uint32_t)(m->npages << SA_PAGE_SHIFT) : 0;
-    __atomic_store_n(&sh->spare_bytes, bytes, __ATOMIC_RELAXED);
-}
+static size_t map_bytes(const struct span *m) { return m->npages << SA_PAGE_SHIFT; }
 
-/* Under sh's lock: its spare, now the caller's, if it is `len` bytes and
- * `align` asks no more than a page; else NULL. */
-static struct span *spare_take_locked(struct sample_shard *sh, size_t len, size_t align)
+/* Under sh's lock: spare i out of sh, keeping the others' order. */
+static struct span *spare_remove_locked(struct sample_shard *sh, unsigned i)
 {
-    struct span *m = sh->spare_map;
-    if (!m || (m->npages << SA_PAGE_SHIFT) != len || align > SA_PAGE_SIZE)
-        return NULL;
-    spare_set_locked(sh, NULL, 0);
+    struct span *m = sh->spare_map[i];
+    for (unsigned j = i + 1; j < sh->nspares; j++) {
+        sh->spare_map[j - 1] = sh->spare_map[j];
+        sh->spare_freed_at[j - 1] = sh->spare_freed_at[j];
+    }
+    sh->nspares--;
+    __atomic_store_n(&sh->spare_bytes, sh->spare_bytes - (uint32_t)map_bytes(m), __ATOMIC_RELAXED);
     return m;
 }
 
-/* Under sh's lock: keeps mapping `m`, freed at `now`, as sh's spare;
+/* Under sh's lock: its most recently freed spare of `len` bytes, now the
+ * caller's, if `align` asks no more than a page; else NULL. */
+static struct span *spare_take_locked(struct sample_shard *sh, size_t len, size_t align)
+{
+    if (align > SA_PAGE_SIZE)
+        return NULL;
+    for (unsigned i = sh->nspares; i-- > 0;)
+        if (map_bytes(sh->spare_map[i]) == len)
+            return spare_remove_locked(sh, i);
+    return NULL;
+}
+
+/* Under sh's lock: keeps mapping `m`, freed at `now`, as a spare of sh;
  * false if there is no room or `decays` is false (dirty_decay_ms 0). */
 static bool spare_keep_locked(struct sample_shard *sh, struct span *m, uint64_t now, bool decays)
 {
-    if (!decays || sh->spare_map || m->npages > SPARE_MAX_PAGES)
+    size_t len = map_bytes(m);
+    if (!decays || sh->nspares == SHARD_SPARES || sh->spare_bytes + len > SHARD_SPARE_BYTES)
         return false;
-    spare_set_locked(sh, m, now);
+    sh->spare_map[sh->nspares] = m;
+    sh->spare_freed_at[sh->nspares++] = now;
+    __atomic_store_n(&sh->spare_bytes, sh->spare_bytes + (uint32_t)len, __ATOMIC_RELAXED);
     return true;
 }
 
@@ -538,13 +564,18 @@ static size_t spares_purge(uint64_t idle_since)
     size_t purged = 0;
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
         struct sample_shard *sh = &shards[i];
+        struct span *out[SHARD_SPARES];
+        unsigned n = 0;
         sa_polled_lock(&sh->lock);
-        struct span *m = sh->spare_map && sh->spare_freed_at <= idle_since ? sh->spare_map : NULL;
-        if (m)
-            spare_set_locked(sh, NULL, 0);
+        for (unsigned k = 0; k < sh->nspares;) {
+            if (sh->spare_freed_at[k] <= idle_since)
+                out[n++] = spare_remove_locked(sh, k);
+            else
+                k++;
+        }
         sa_polled_unlock(&sh->lock);
-        if (m)
-            purged += sampled_pages_put_purged(m);
+        for (unsigned k = 0; k < n; k++)
+            purged += sampled_pages_put_purged(out[k]);
     }
     return purged;
 }

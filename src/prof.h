@@ -87,7 +87,11 @@ size_t prof_sample_count(void);
 size_t prof_own_mapping_bytes(void);
 
 /* Bytes of freed sampled mappings the sample shards keep for their next
- * samples (dirty: statistics count them with sampled_pages_dirty()). */
+ * samples (dirty: statistics count them with sampled_pages_dirty()).  A
+ * shard keeps at most PROF_SHARD_SPARES of them, PROF_SHARD_SPARE_BYTES in
+ * all. */
+#define PROF_SHARD_SPARES 4
+#define PROF_SHARD_SPARE_BYTES ((size_t)64 << 10)
 size_t prof_spare_bytes(void);
 /* Purges the spares idle for a decay time, if a decay step has passed
  * since the last such pass; `now` is os_now_ns().  Each sampled free runs

@@ -1,9 +1,12 @@
 /*
- * test_sample_spares.c: the freed mapping each sample shard keeps for its
- * next sample (prof.c, "spare mappings").
+ * test_sample_spares.c: the freed mappings each sample shard keeps for its
+ * next samples (prof.c, "spare mappings").
  *
  *   - a freed sample's mapping comes back to the thread's next sample of
  *     its length, at the same address; another length does not take it;
+ *   - a shard keeps a few (samples freed in any order), the most recently
+ *     freed first out, up to a count and a byte bound; the rest go to
+ *     sampled_pages' cache;
  *   - a sample freed by another thread leaves its mapping to the shard of
  *     the thread that took it, whose next sample gets it;
  *   - spares count as dirty, malloc_trim purges them, and so does decay
@@ -24,6 +27,8 @@
 
 #define SMALL 64                 /* a small sample: one salloc page */
 #define OTHER (3 * SA_PAGE_SIZE) /* a sample of another length */
+#define SPARES_MAX PROF_SHARD_SPARES
+#define SPARE_BYTES_MAX PROF_SHARD_SPARE_BYTES
 
 static long saved_decay;
 
@@ -92,6 +97,57 @@ static void test_spare_reused_by_the_next_sample_of_its_length(void **state)
     assert_int_equal((unsigned char)q[SMALL - 1], 0xab);
     free(q);
     free(other);
+}
+
+/* A thread keeps a few samples live and frees them in any order: each
+ * freed mapping waits in the shard (a shard of one spare sent all but one
+ * to sampled_pages' shared cache), and the next samples of the length take
+ * them back, the most recently freed first. */
+static void test_spares_hold_samples_freed_in_any_order(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    size_t cache_before = sampled_pages_dirty();
+    char *a = sampled_malloc(SMALL), *b = sampled_malloc(SMALL), *c = sampled_malloc(SMALL);
+    free(b);
+    free(a);
+    free(c);
+    assert_int_equal(prof_spare_bytes(), 3 * SA_PAGE_SIZE);
+    assert_int_equal(sampled_pages_dirty(), cache_before); /* none went there */
+    assert_ptr_equal(sampled_malloc(SMALL), c);
+    assert_ptr_equal(sampled_malloc(SMALL), a);
+    assert_ptr_equal(sampled_malloc(SMALL), b);
+    assert_int_equal(prof_spare_bytes(), 0);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* At most SPARES_MAX spares and SPARE_BYTES_MAX bytes of them a shard: the
+ * rest wait in sampled_pages' cache, so a thread that freed many samples
+ * at once keeps no more than that for itself. */
+static void test_spares_are_bounded(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    char *small[SPARES_MAX + 1];
+    for (int i = 0; i <= SPARES_MAX; i++)
+        small[i] = sampled_malloc(SMALL);
+    for (int i = 0; i <= SPARES_MAX; i++)
+        free(small[i]);
+    assert_int_equal(prof_spare_bytes(), SPARES_MAX * SA_PAGE_SIZE);
+    assert_int_equal(sampled_pages_dirty(), SA_PAGE_SIZE); /* the one over */
+    malloc_trim(0);
+    enum { N = SPARE_BYTES_MAX / OTHER + 1 };
+    char *other[N];
+    for (int i = 0; i < N; i++)
+        other[i] = sampled_malloc(OTHER);
+    for (int i = 0; i < N; i++)
+        free(other[i]);
+    assert_int_equal(prof_spare_bytes(), (N - 1) * OTHER);
+    assert_int_equal(sampled_pages_dirty(), OTHER);
 }
 
 static pthread_barrier_t step;
@@ -163,9 +219,10 @@ static void test_spare_decays_when_idle(void **state)
     char *p = sampled_and_freed(50, 1);
     assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
     sleep_ms(150); /* idle past the decay time, and past a check's step */
-    /* The next free of a sample runs the decay check. */
+    /* The next free of a sample runs the decay check: the idle spare goes,
+     * the one just freed stays. */
     free(sampled_malloc(OTHER));
-    assert_int_equal(prof_spare_bytes(), 0);
+    assert_int_equal(prof_spare_bytes(), OTHER);
     assert_false(page_resident(p));
 }
 
@@ -185,25 +242,30 @@ static void test_decay_set_to_zero_purges_what_waits(void **state)
     (void)state;
     pageheap_set_decay_ms(10000);
     malloc_trim(0);
-    char *p = sampled_malloc(SMALL), *q = sampled_malloc(SMALL);
-    memset(p, 1, SMALL);
-    memset(q, 1, SMALL);
-    free(p); /* the shard's spare */
-    free(q); /* the spare is taken: the cache's */
-    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    /* More than a shard keeps: the last ones freed go to the cache. */
+    char *p[2 * SPARES_MAX];
+    for (int i = 0; i < 2 * SPARES_MAX; i++) {
+        p[i] = sampled_malloc(SMALL);
+        memset(p[i], 1, SMALL);
+    }
+    for (int i = 0; i < 2 * SPARES_MAX; i++)
+        free(p[i]);
+    assert_true(prof_spare_bytes() > 0);
     assert_true(sampled_pages_dirty() > 0);
     ssize_t zero = 0;
     assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
     assert_int_equal(prof_spare_bytes(), 0);
     assert_int_equal(sampled_pages_dirty(), 0);
-    assert_false(page_resident(p));
-    assert_false(page_resident(q));
+    for (int i = 0; i < 2 * SPARES_MAX; i++)
+        assert_false(page_resident(p[i]));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spare_reused_by_the_next_sample_of_its_length),
+        cmocka_unit_test(test_spares_hold_samples_freed_in_any_order),
+        cmocka_unit_test(test_spares_are_bounded),
         cmocka_unit_test(test_spare_goes_home_when_freed_elsewhere),
         cmocka_unit_test(test_spare_is_dirty_and_purged_by_trim),
         cmocka_unit_test(test_spare_decays_when_idle),
