@@ -121,6 +121,16 @@ static inline void sa_unlock(sa_lock_t *l)
         lock_rank_release(l->rank);
 }
 
+/* Takes `l` if it is free (released with sa_unlock); false if not. */
+static inline bool sa_trylock(sa_lock_t *l)
+{
+    if (!sa_lock_try(l))
+        return false;
+    if (SA_DEBUG)
+        lock_rank_acquire(l->rank);
+    return true;
+}
+
 /* After fork(), in the child: the lock was held by the forking thread (in
  * fork.c's prepare handler), and no other thread exists to wake: free it. */
 static inline void sa_lock_reset_unranked(sa_lock_t *l)

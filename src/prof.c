@@ -79,6 +79,7 @@ static sa_lock_t peak_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PEAK);
 static struct dump_entry *peak_buf; /* under peak_lock */
 static size_t peak_cap, peak_len;   /* under peak_lock */
 static int64_t peak_mark;           /* live_estimate() at the last snapshot */
+static int64_t peak_slack;          /* see peak_check(); atomic */
 
 static sa_lock_t dump_lock = SA_LOCK_INITIALIZER(LOCK_RANK_DUMP);
 static char prefix[PROF_PREFIX_MAX];      /* under dump_lock */
@@ -151,9 +152,11 @@ static struct sample_shard *home(const struct sample *s) { return &shards[s->sha
  * add would cost as much as the lock again.  A line each: packed into two,
  * every sample and free of one thread took the line from the others, and
  * at 2 threads sampling every 4 KiB the stores to it were 9% of the run
- * (perf); a sum reads 16 lines, which their owners write only at samples. */
-static struct {
+ * (perf).  `checked`: the part as the last full peak check read it (see
+ * "the peak snapshot"). */
+static struct live_part {
     _Alignas(SA_CACHELINE) int64_t bytes;
+    int64_t checked;
 } shard_live[SAMPLE_SHARDS];
 
 /* Under sh's lock. */
@@ -274,6 +277,9 @@ static void forget_live(uint32_t e)
     sa_lock(&peak_lock);
     peak_len = 0;
     __atomic_store_n(&peak_mark, 0, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
+        __atomic_store_n(&shard_live[i].checked, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&peak_slack, 0, __ATOMIC_RELAXED);
     sa_unlock(&peak_lock);
 }
 
@@ -364,31 +370,76 @@ uint64_t prof_thread_deallocated(void)
 
 /* ---- the peak snapshot ---- */
 
-/* Called after each sample with the new live estimate: a new peak more than
- * opt_prof_peak_pct above the last snapshot takes a new one.  Outside any
- * allocator lock; the buffer grows with os_map, never malloc. */
-static void peak_check(int64_t live)
+/* The estimate above which the next snapshot is taken. */
+static int64_t peak_threshold(int64_t mark) { return mark + mark / 100 * (int64_t)opt_prof_peak_pct; }
+
+/* Under peak_lock: reads every shard's part of the estimate, noting each as
+ * checked; takes a snapshot if their sum is over the threshold; sets the
+ * slack for the parts read.  Outside any allocator lock; the buffer grows
+ * with os_map, never malloc. */
+static void peak_full_check_locked(void)
 {
-    int64_t mark = __atomic_load_n(&peak_mark, __ATOMIC_RELAXED);
-    if (live <= mark + mark / 100 * (int64_t)opt_prof_peak_pct)
-        return;
-    if (!__atomic_compare_exchange_n(&peak_mark, &mark, live, false, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return; /* another thread is taking this peak */
-    sa_lock(&peak_lock);
-    size_t want = prof_live_upper_bound() + 256;
-    if (want > peak_cap) {
-        size_t bytes = sa_align_up(want * 2 * sizeof(struct dump_entry), os_page_size());
-        struct dump_entry *grown = os_map(bytes, os_page_size());
-        if (grown) {
-            if (peak_buf)
-                os_unmap(peak_buf, sa_align_up(peak_cap * sizeof(struct dump_entry), os_page_size()));
-            peak_buf = grown;
-            peak_cap = bytes / sizeof(struct dump_entry);
-        }
+    int64_t live = 0;
+    for (unsigned i = 0; i < SAMPLE_SHARDS; i++) {
+        int64_t part = __atomic_load_n(&shard_live[i].bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&shard_live[i].checked, part, __ATOMIC_RELAXED);
+        live += part;
     }
-    if (peak_buf)
-        peak_len = prof_snapshot(peak_buf, peak_cap);
+    int64_t mark = __atomic_load_n(&peak_mark, __ATOMIC_RELAXED);
+    if (live > peak_threshold(mark)) {
+        size_t want = prof_live_upper_bound() + 256;
+        if (want > peak_cap) {
+            size_t bytes = sa_align_up(want * 2 * sizeof(struct dump_entry), os_page_size());
+            struct dump_entry *grown = os_map(bytes, os_page_size());
+            if (grown) {
+                if (peak_buf)
+                    os_unmap(peak_buf, sa_align_up(peak_cap * sizeof(struct dump_entry), os_page_size()));
+                peak_buf = grown;
+                peak_cap = bytes / sizeof(struct dump_entry);
+            }
+        }
+        if (peak_buf)
+            peak_len = prof_snapshot(peak_buf, peak_cap);
+        mark = live;
+        __atomic_store_n(&peak_mark, mark, __ATOMIC_RELAXED);
+    }
+    int64_t room = peak_threshold(mark) - live;
+    __atomic_store_n(&peak_slack, room > 0 ? room / SAMPLE_SHARDS : 0, __ATOMIC_RELAXED);
+}
+
+/* Called after shard sh's part of the estimate grew by `grew` (a sample,
+ * or one grown in place): a new peak more than opt_prof_peak_pct above the
+ * last snapshot takes a new one.
+ *
+ * Summing the parts at every sample read every shard's line, which its
+ * owner then had to take back for its next sample: at 2 threads sampling
+ * every 4 KiB that cost scale_local a third of its time.  So each full
+ * check leaves a slack, (threshold - sum) / SAMPLE_SHARDS: while no part
+ * has grown by more than that since the check read it, the sum cannot be
+ * over the threshold, and a sample reads only its own shard's line and
+ * the slack.  A part that has grown more sums them all (as every sample
+ * did before), and sets a new slack only if it would let the next samples
+ * skip the sum (a heap of a few samples leaves a slack smaller than one).
+ * A part that grows while another thread's full check runs can be judged
+ * against the slack before that check's: the sum can then pass the
+ * threshold by that one sample until its shard's next sample. */
+static void peak_check(const struct sample_shard *sh, int64_t grew)
+{
+    const struct live_part *part = &shard_live[sh - shards];
+    int64_t since = __atomic_load_n(&part->bytes, __ATOMIC_RELAXED) -
+                    __atomic_load_n(&part->checked, __ATOMIC_RELAXED);
+    if (since <= __atomic_load_n(&peak_slack, __ATOMIC_RELAXED))
+        return;
+    int64_t live = live_estimate(), threshold = peak_threshold(__atomic_load_n(&peak_mark, __ATOMIC_RELAXED));
+    if (live <= threshold) {
+        /* A new slack under one sample's growth would skip nothing; and
+         * another thread checking now will set one. */
+        if ((threshold - live) / SAMPLE_SHARDS < grew || !sa_trylock(&peak_lock))
+            return;
+    } else {
+        sa_lock(&peak_lock);
+    }
+    peak_full_check_locked();
     sa_unlock(&peak_lock);
 }
 
@@ -717,7 +768,7 @@ static void after_publish(struct tcache *tc, const struct sample *s)
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
     prof_after_sample(tc);
-    peak_check(live_estimate());
+    peak_check(home(s), s->weight);
 }
 
 bool prof_should_guard(struct tcache *tc)
@@ -823,15 +874,18 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     struct sample_shard *shard = home(s);
     int64_t weight = sample_weight(usable, s->rate);
     sa_polled_lock(&shard->lock); /* dumps copy records under it */
+    int64_t grew = 0;
     if (s->epoch == shard->live_epoch) { /* else forgotten: its weight stays 0 */
-        shard_live_add(shard, weight - s->weight);
+        grew = weight - s->weight;
+        shard_live_add(shard, grew);
         s->weight = weight;
     }
     s->usable = usable;
     s->map_len = span->npages << SA_PAGE_SHIFT;
     sa_polled_unlock(&shard->lock);
     small_pages_for(span); /* the pages it grew by too */
-    peak_check(live_estimate());
+    if (grew > 0)
+        peak_check(shard, grew);
 }
 
 /* Takes record `s` out of the live samples and the live estimate; its
