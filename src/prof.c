@@ -768,7 +768,9 @@ static void after_publish(struct tcache *tc, const struct sample *s)
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
     prof_after_sample(tc);
-    peak_check(home(s), s->weight);
+    /* The weight publish_locked gave it: s->weight is the shard lock's (a
+     * prof.reset zeroes it), and this thread no longer holds it. */
+    peak_check(home(s), tc->prof.weight);
 }
 
 bool prof_should_guard(struct tcache *tc)

@@ -311,6 +311,42 @@ static void test_profiles_peak_reached_by_many_threads_together(void **state)
     prof_reset(19);
 }
 
+/* prof.reset while another thread samples: the reset zeroes the weight of
+ * every live sample under its shard's lock, so nothing reads a sample's
+ * weight outside that lock.  The peak check once took the new sample's
+ * weight from its record after the lock was let go: a data race with the
+ * reset that make test-tsan reports (here nothing else can fail). */
+enum { RESET_ROUNDS = 2000, RESET_LIVE = 8 };
+static unsigned resets_left; /* atomic */
+
+static void *sample_while_resetting(void *arg)
+{
+    (void)arg;
+    void *live[RESET_LIVE];
+    while (__atomic_load_n(&resets_left, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < RESET_LIVE; i++)
+            live[i] = site_frag();
+        for (int i = 0; i < RESET_LIVE; i++)
+            free(live[i]);
+    }
+    return NULL;
+}
+
+static void test_profiles_reset_while_another_thread_samples(void **state)
+{
+    (void)state;
+    prof_reset(0); /* R = 1 byte: every block sampled */
+    __atomic_store_n(&resets_left, RESET_ROUNDS, __ATOMIC_RELEASE);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sample_while_resetting, NULL), 0);
+    while (__atomic_load_n(&resets_left, __ATOMIC_ACQUIRE)) {
+        prof_reset(0);
+        __atomic_sub_fetch(&resets_left, 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(t, NULL);
+    prof_reset(19);
+}
+
 /* A sampled large block in a chunk asked to have huge pages (opt.thp), grown
  * in place by realloc: the pages it gains keep small pages too, as its
  * first ones do, so its residency is read per page.  They once kept the
@@ -371,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_profiles_peak_shows_the_big_structure),
         cmocka_unit_test(test_profiles_reset_forgets_the_peak),
         cmocka_unit_test(test_profiles_peak_reached_by_many_threads_together),
+        cmocka_unit_test(test_profiles_reset_while_another_thread_samples),
         cmocka_unit_test(test_profiles_grown_sample_keeps_small_pages),
     };
     return cmocka_run_group_tests_name("profiles", tests, setup, teardown);
