@@ -407,8 +407,8 @@ static void peak_full_check_locked(void)
     __atomic_store_n(&peak_slack, room > 0 ? room / SAMPLE_SHARDS : 0, __ATOMIC_RELAXED);
 }
 
-/* Called after shard sh's part of the estimate grew by `grew` (a sample,
- * or one grown in place): a new peak more than opt_prof_peak_pct above the
+/* Called after shard sh's part of the estimate grew (a sample, or one
+ * grown in place): a new peak more than opt_prof_peak_pct above the
  * last snapshot takes a new one.
  *
  * Summing the parts at every sample read every shard's line, which its
@@ -417,13 +417,17 @@ static void peak_full_check_locked(void)
  * check leaves a slack, (threshold - sum) / SAMPLE_SHARDS: while no part
  * has grown by more than that since the check read it, the sum cannot be
  * over the threshold, and a sample reads only its own shard's line and
- * the slack.  A part that has grown more sums them all (as every sample
- * did before), and sets a new slack only if it would let the next samples
- * skip the sum (a heap of a few samples leaves a slack smaller than one).
- * A part that grows while another thread's full check runs can be judged
- * against the slack before that check's: the sum can then pass the
- * threshold by that one sample until its shard's next sample. */
-static void peak_check(const struct sample_shard *sh, int64_t grew)
+ * the slack.  A part that has grown more makes a full check, which sets a
+ * new slack, however small (a heap of a few samples leaves one smaller
+ * than a sample): every part's slack counts on all the others being
+ * within theirs, so a part left past it, its sum under the threshold, let
+ * the others pass the threshold by its excess unseen, and a peak its own
+ * shard did not sample again was never taken (test_profiles: "peak past
+ * another shard's grown part").  A part that grows while another thread's
+ * full check runs can be judged against the slack before that check's:
+ * the sum can then pass the threshold by that one sample until its
+ * shard's next sample. */
+static void peak_check(const struct sample_shard *sh)
 {
     const struct live_part *part = &shard_live[sh - shards];
     int64_t since = __atomic_load_n(&part->bytes, __ATOMIC_RELAXED) -
@@ -432,9 +436,7 @@ static void peak_check(const struct sample_shard *sh, int64_t grew)
         return;
     int64_t live = live_estimate(), threshold = peak_threshold(__atomic_load_n(&peak_mark, __ATOMIC_RELAXED));
     if (live <= threshold) {
-        /* A new slack under one sample's growth would skip nothing; and
-         * another thread checking now will set one. */
-        if ((threshold - live) / SAMPLE_SHARDS < grew || !sa_trylock(&peak_lock))
+        if (!sa_trylock(&peak_lock)) /* another thread checking now sets one */
             return;
     } else {
         sa_lock(&peak_lock);
@@ -768,9 +770,7 @@ static void after_publish(struct tcache *tc, const struct sample *s)
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
     prof_after_sample(tc);
-    /* The weight publish_locked gave it: s->weight is the shard lock's (a
-     * prof.reset zeroes it), and this thread no longer holds it. */
-    peak_check(home(s), tc->prof.weight);
+    peak_check(home(s));
 }
 
 bool prof_should_guard(struct tcache *tc)
@@ -887,7 +887,7 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     sa_polled_unlock(&shard->lock);
     small_pages_for(span); /* the pages it grew by too */
     if (grew > 0)
-        peak_check(shard, grew);
+        peak_check(shard);
 }
 
 /* Takes record `s` out of the live samples and the live estimate; its

@@ -35,12 +35,14 @@ SECTION_BOUNDS(frag)
 SECTION_BOUNDS(peak_big)
 SECTION_BOUNDS(peak_small)
 SECTION_BOUNDS(peak_shared)
+SECTION_BOUNDS(peak_mid)
 
 SITE(big) void *site_big(void) { CALL_MALLOC(1 << 20); }
 SITE(frag) void *site_frag(void) { CALL_MALLOC(64); }
 SITE(peak_big) void *site_peak_big(void) { CALL_MALLOC(8 << 20); }
 SITE(peak_small) void *site_peak_small(void) { CALL_MALLOC(64 << 10); }
 SITE(peak_shared) void *site_peak_shared(void) { CALL_MALLOC(16 << 10); }
+SITE(peak_mid) void *site_peak_mid(void) { CALL_MALLOC(128 << 10); }
 
 struct site_totals {
     double bytes, resident, swapped, frag;
@@ -347,6 +349,53 @@ static void test_profiles_reset_while_another_thread_samples(void **state)
     prof_reset(19);
 }
 
+/* A peak passed by a thread whose part of the estimate is still within
+ * the slack, after another thread's part grew past it: a 1 MiB block
+ * (the mark) freed; another thread (another shard) takes a 128 KiB block,
+ * more than the slack (a sixteenth of the 10% room) and more than a
+ * sixteenth of the room left, so its sum sets no new slack; then the 1 MiB
+ * block again, its own part back where the last full check read it.
+ * Together 1.125 MiB, over the 1.1 MiB threshold: the peak must show both.
+ * The 128 KiB sample once left the old slack standing, and the 1 MiB one,
+ * within it, summed nothing: the peak kept the first block alone. */
+static pthread_barrier_t mid_step;
+static void *mid_block;
+
+static void *hold_mid(void *arg)
+{
+    (void)arg;
+    mid_block = site_peak_mid();
+    pthread_barrier_wait(&mid_step); /* main takes the 1 MiB block again */
+    pthread_barrier_wait(&mid_step); /* and dumps the peak */
+    free(mid_block);
+    return NULL;
+}
+
+static void test_profiles_peak_past_another_shards_grown_part(void **state)
+{
+    (void)state;
+    prof_reset(0); /* R = 1 byte: every block sampled, weight = its size */
+    free(site_big()); /* the first snapshot's mark: 1 MiB */
+    assert_int_equal(pthread_barrier_init(&mid_step, NULL, 2), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_mid, NULL), 0);
+    pthread_barrier_wait(&mid_step);
+    void *big = site_big();
+    struct site_totals b, m;
+    assert_int_equal(prof_dump_peak(path), 0);
+    read_site(path, __start_sec_big, __stop_sec_big, &b);
+    read_site(path, __start_sec_peak_mid, __stop_sec_peak_mid, &m);
+    pthread_barrier_wait(&mid_step);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&mid_step);
+    free(big);
+    fprintf(stderr, "# peak past another shard's grown part: 1 MiB %.0f KiB, 128 KiB %.0f KiB\n",
+            b.bytes / 1024, m.bytes / 1024);
+    assert_true(m.bytes > 0.99 * (128 << 10) && m.bytes < 1.01 * (128 << 10));
+    assert_true(b.bytes > 0.99 * (1 << 20) && b.bytes < 1.01 * (1 << 20));
+    prof_reset(19);
+}
+
 /* A sampled large block in a chunk asked to have huge pages (opt.thp), grown
  * in place by realloc: the pages it gains keep small pages too, as its
  * first ones do, so its residency is read per page.  They once kept the
@@ -408,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_profiles_reset_forgets_the_peak),
         cmocka_unit_test(test_profiles_peak_reached_by_many_threads_together),
         cmocka_unit_test(test_profiles_reset_while_another_thread_samples),
+        cmocka_unit_test(test_profiles_peak_past_another_shards_grown_part),
         cmocka_unit_test(test_profiles_grown_sample_keeps_small_pages),
     };
     return cmocka_run_group_tests_name("profiles", tests, setup, teardown);
