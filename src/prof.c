@@ -407,39 +407,48 @@ static void peak_full_check_locked(void)
     __atomic_store_n(&peak_slack, room > 0 ? room / SAMPLE_SHARDS : 0, __ATOMIC_RELAXED);
 }
 
-/* Called after shard sh's part of the estimate grew (a sample, or one
- * grown in place): a new peak more than opt_prof_peak_pct above the
+/* A slack that no part is within: every sample sums the parts. */
+#define PEAK_SUM_ALWAYS INT64_MIN
+
+/* Called after shard sh's part of the estimate grew by `grew` (a sample,
+ * or one grown in place): a new peak more than opt_prof_peak_pct above the
  * last snapshot takes a new one.
  *
  * Summing the parts at every sample read every shard's line, which its
- * owner then had to take back for its next sample: at 2 threads sampling
- * every 4 KiB that cost scale_local a third of its time.  So each full
+ * owner then had to take back for its next sample: at 16 threads sampling
+ * every 4 KiB that cost churn/threads=8 two thirds of its time.  So a full
  * check leaves a slack, (threshold - sum) / SAMPLE_SHARDS: while no part
  * has grown by more than that since the check read it, the sum cannot be
  * over the threshold, and a sample reads only its own shard's line and
- * the slack.  A part that has grown more makes a full check, which sets a
- * new slack, however small (a heap of a few samples leaves one smaller
- * than a sample): every part's slack counts on all the others being
- * within theirs, so a part left past it, its sum under the threshold, let
- * the others pass the threshold by its excess unseen, and a peak its own
- * shard did not sample again was never taken (test_profiles: "peak past
- * another shard's grown part").  A part that grows while another thread's
- * full check runs can be judged against the slack before that check's:
- * the sum can then pass the threshold by that one sample until its
- * shard's next sample. */
-static void peak_check(const struct sample_shard *sh)
+ * the slack.  That holds only while every part is within the slack: a
+ * part left past it, its sum under the threshold, lets the others pass
+ * the threshold by its excess unseen (test_profiles: "peak past another
+ * shard's grown part").  So a part that grows past the slack either makes
+ * a full check, which reads every part anew, or, where the room left is
+ * less than a sixteenth of what it grew by (a heap of a few samples: a
+ * new slack would be passed again by the next sample), turns the slack
+ * off: every sample then sums the parts, as all did before, and writes
+ * no other thread's line, until a sum finds room again.  A part that
+ * grows while another thread's full check runs can be judged against the
+ * slack before that check's: the sum can then pass the threshold by that
+ * one growth until its shard's next sample. */
+static void peak_check(const struct sample_shard *sh, int64_t grew)
 {
     const struct live_part *part = &shard_live[sh - shards];
     int64_t since = __atomic_load_n(&part->bytes, __ATOMIC_RELAXED) -
                     __atomic_load_n(&part->checked, __ATOMIC_RELAXED);
-    if (since <= __atomic_load_n(&peak_slack, __ATOMIC_RELAXED))
+    int64_t slack = __atomic_load_n(&peak_slack, __ATOMIC_RELAXED);
+    if (since <= slack)
         return;
     int64_t live = live_estimate(), threshold = peak_threshold(__atomic_load_n(&peak_mark, __ATOMIC_RELAXED));
-    if (live <= threshold) {
-        if (!sa_trylock(&peak_lock)) /* another thread checking now sets one */
-            return;
-    } else {
+    if (live > threshold) {
         sa_lock(&peak_lock);
+    } else if ((threshold - live) / SAMPLE_SHARDS < grew) {
+        if (slack != PEAK_SUM_ALWAYS)
+            __atomic_store_n(&peak_slack, PEAK_SUM_ALWAYS, __ATOMIC_RELAXED);
+        return;
+    } else if (!sa_trylock(&peak_lock)) {
+        return; /* another thread is checking now, and sets a slack */
     }
     peak_full_check_locked();
     sa_unlock(&peak_lock);
@@ -770,7 +779,9 @@ static void after_publish(struct tcache *tc, const struct sample *s)
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
     prof_after_sample(tc);
-    peak_check(home(s));
+    /* The weight publish_locked gave it: s->weight is the shard lock's (a
+     * prof.reset zeroes it), and this thread no longer holds it. */
+    peak_check(home(s), tc->prof.weight);
 }
 
 bool prof_should_guard(struct tcache *tc)
@@ -887,7 +898,7 @@ void prof_resize_span_sample(struct span *span, size_t usable)
     sa_polled_unlock(&shard->lock);
     small_pages_for(span); /* the pages it grew by too */
     if (grew > 0)
-        peak_check(shard);
+        peak_check(shard, grew);
 }
 
 /* Takes record `s` out of the live samples and the live estimate; its
