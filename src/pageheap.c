@@ -794,7 +794,8 @@ size_t pageheap_purge(void)
 void pageheap_set_decay_ms(long ms)
 {
     sa_lock(&ph_lock);
-    decay_ms = ms;
+    /* Atomic: sampled frees and the background thread read it unlocked. */
+    __atomic_store_n(&decay_ms, ms, __ATOMIC_RELAXED);
     next_decay_check = 0;
     recent_flush(); /* under 0, every free purges at once: none may wait */
     sa_unlock(&ph_lock);

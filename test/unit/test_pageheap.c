@@ -4,6 +4,7 @@
  * after each.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -469,6 +470,35 @@ static void test_pageheap_aligned_carve_without_records(void **state)
         pageheap_free(held[--n]);
 }
 
+/* dirty_decay_ms set while other threads read it without the page heap
+ * lock (sampled_pages.c and prof.c read it at every sampled free): it was
+ * written with a plain store under the lock, a data race with those reads
+ * that make test-tsan reports. */
+static int stop_reading;
+
+static void *read_decay_time(void *arg)
+{
+    long *last = arg;
+    while (!__atomic_load_n(&stop_reading, __ATOMIC_ACQUIRE))
+        *last = pageheap_decay_ms();
+    return NULL;
+}
+
+static void test_pageheap_decay_time_set_while_read(void **state)
+{
+    (void)state;
+    long saved = pageheap_decay_ms(), last = 0;
+    pthread_t t;
+    __atomic_store_n(&stop_reading, 0, __ATOMIC_RELAXED);
+    assert_int_equal(pthread_create(&t, NULL, read_decay_time, &last), 0);
+    for (int i = 0; i < 1000; i++)
+        pageheap_set_decay_ms(i % 2 ? 10000 : 5000);
+    __atomic_store_n(&stop_reading, 1, __ATOMIC_RELEASE);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(last == 5000 || last == 10000 || last == saved);
+    pageheap_set_decay_ms(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +510,7 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_stops_at_free_neighbour, check_after),
         cmocka_unit_test_teardown(test_pageheap_purge_releases_everything_dirty, check_after),
         cmocka_unit_test_teardown(test_pageheap_decay, check_after),
+        cmocka_unit_test_teardown(test_pageheap_decay_time_set_while_read, check_after),
         cmocka_unit_test_teardown(test_pageheap_old_dirty_pages_keep_their_time_when_merged,
                                   check_after),
         cmocka_unit_test_teardown(test_pageheap_old_dirty_pages_keep_their_time_when_cut,
