@@ -448,7 +448,11 @@ static void peak_check(const struct sample_shard *sh, int64_t grew)
             __atomic_store_n(&peak_slack, PEAK_SUM_ALWAYS, __ATOMIC_RELAXED);
         return;
     } else if (!sa_trylock(&peak_lock)) {
-        return; /* another thread is checking now, and sets a slack */
+        /* Another thread is checking, and sets a slack from parts it may
+         * have read before this one grew; or it is reading the snapshot.
+         * Either way this part can stay past the slack until the next full
+         * check: the race above. */
+        return;
     }
     peak_full_check_locked();
     sa_unlock(&peak_lock);
@@ -768,6 +772,7 @@ static struct sample *publish_locked(struct tcache *tc, const struct sample_new 
  * interval dumps and peak snapshots. */
 #ifdef SA_TESTING
 void (*prof_test_before_accum)(void);
+void (*prof_test_before_spare_keep)(void);
 #endif
 
 static void after_publish(struct tcache *tc, const struct sample *s)
@@ -955,12 +960,21 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     struct sample_shard *sh = home(s);
     uint64_t now = os_now_ns();
     bool decays = pageheap_decay_ms() != 0;
+#ifdef SA_TESTING
+    if (prof_test_before_spare_keep) /* dirty_decay_ms set to 0 here, say */
+        prof_test_before_spare_keep();
+#endif
     sa_polled_lock(&sh->lock);
     sample_release_locked(sh, s, false);
     bool kept = spare_keep_locked(sh, span, now, decays);
     sa_polled_unlock(&sh->lock);
     if (!kept)
         sampled_pages_put(span);
+    else if (pageheap_decay_ms() == 0)
+        /* Set to 0 since `decays` was read: its purge of the spares
+         * (ctl.c) may have passed this shard before this one was kept,
+         * and under 0 nothing waits dirty. */
+        prof_purge_spares();
     if (!pageheap_decay_in_background()) /* else the background thread's job */
         prof_decay_spares(now);
     return usable;

@@ -57,6 +57,9 @@ void prof_reset(size_t lg);
 #ifdef SA_TESTING
 /* Called after a sample is published, before its accumulated count. */
 extern void (*prof_test_before_accum)(void);
+/* Called as a sampled free has read whether the heap decays, before it
+ * keeps the mapping as a spare. */
+extern void (*prof_test_before_spare_keep)(void);
 #endif
 /* Bytes between interval dumps (prof.interval), 0 if off. */
 uint64_t prof_interval_get(void);

@@ -260,6 +260,31 @@ static void test_decay_set_to_zero_purges_what_waits(void **state)
         assert_false(page_resident(p[i]));
 }
 
+/* dirty_decay_ms set to 0 while a sampled free is on its way to keeping
+ * the mapping as a spare (after it read the old time): the purge that the
+ * setting makes has passed the shard already, so the free gives the spare
+ * back itself.  It once waited, dirty, for malloc_trim. */
+static void decay_to_zero_once(void)
+{
+    prof_test_before_spare_keep = NULL;
+    ssize_t zero = 0;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+}
+
+static void test_decay_set_to_zero_during_a_sampled_free(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    char *p = sampled_malloc(SMALL);
+    memset(p, 1, SMALL);
+    prof_test_before_spare_keep = decay_to_zero_once;
+    free(p);
+    assert_null(prof_test_before_spare_keep); /* the setting ran */
+    assert_int_equal(prof_spare_bytes(), 0);
+    assert_false(page_resident(p));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_spare_decays_when_idle),
         cmocka_unit_test(test_no_spare_with_decay_zero),
         cmocka_unit_test(test_decay_set_to_zero_purges_what_waits),
+        cmocka_unit_test(test_decay_set_to_zero_during_a_sampled_free),
     };
     return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
 }
