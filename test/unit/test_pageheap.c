@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -474,13 +475,15 @@ static void test_pageheap_aligned_carve_without_records(void **state)
  * lock (sampled_pages.c and prof.c read it at every sampled free): it was
  * written with a plain store under the lock, a data race with those reads
  * that make test-tsan reports. */
-static int stop_reading;
+static int reading, stop_reading;
 
 static void *read_decay_time(void *arg)
 {
     long *last = arg;
-    while (!__atomic_load_n(&stop_reading, __ATOMIC_ACQUIRE))
+    do {
         *last = pageheap_decay_ms();
+        __atomic_store_n(&reading, 1, __ATOMIC_RELEASE);
+    } while (!__atomic_load_n(&stop_reading, __ATOMIC_ACQUIRE));
     return NULL;
 }
 
@@ -489,8 +492,11 @@ static void test_pageheap_decay_time_set_while_read(void **state)
     (void)state;
     long saved = pageheap_decay_ms(), last = 0;
     pthread_t t;
+    __atomic_store_n(&reading, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&stop_reading, 0, __ATOMIC_RELAXED);
     assert_int_equal(pthread_create(&t, NULL, read_decay_time, &last), 0);
+    while (!__atomic_load_n(&reading, __ATOMIC_ACQUIRE)) /* reads while it is set */
+        sched_yield();
     for (int i = 0; i < 1000; i++)
         pageheap_set_decay_ms(i % 2 ? 10000 : 5000);
     __atomic_store_n(&stop_reading, 1, __ATOMIC_RELEASE);
