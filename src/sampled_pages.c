@@ -249,27 +249,35 @@ struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
     return s;
 }
 
+#ifdef SA_TESTING
+void (*sampled_pages_test_before_keep)(void);
+#endif
+
 void sampled_pages_put(struct span *s)
 {
     size_t pages = s->npages;
-    bool kept = false;
+    bool kept = false, kept_dirty = false;
     uint64_t now = os_now_ns();
     struct span *empty = NULL;
-    if (has_hot_slot(pages) && pageheap_decay_ms() != 0 &&
-        !__atomic_load_n(&hot[pages], __ATOMIC_RELAXED) &&
+    bool decays = pageheap_decay_ms() != 0;
+#ifdef SA_TESTING
+    if (sampled_pages_test_before_keep) /* dirty_decay_ms set to 0 here, say */
+        sampled_pages_test_before_keep();
+#endif
+    if (has_hot_slot(pages) && decays && !__atomic_load_n(&hot[pages], __ATOMIC_RELAXED) &&
         __atomic_compare_exchange_n(&hot[pages], &empty, s, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED)) {
         /* Written after the mapping is in: a decay pass that reads an
          * older time may purge a mapping put back just now, which costs
          * its next sample a refault, nothing more. */
         __atomic_store_n(&hot_freed_at[pages], now, __ATOMIC_RELAXED);
-        kept = true;
+        kept = kept_dirty = true;
     } else if (pages < NLENGTHS) {
         /* Dirty if the heap decays and there is dirty room; else purged
          * (not under the lock) and kept clean if there is room at all. */
-        bool decays = pageheap_decay_ms() != 0, room;
+        bool room;
         sa_lock(&lock);
-        kept = decays && keep_locked(s, true, now);
+        kept = kept_dirty = decays && keep_locked(s, true, now);
         room = has_room_locked(pages);
         sa_unlock(&lock);
         if (!kept && room) {
@@ -279,6 +287,11 @@ void sampled_pages_put(struct span *s)
             sa_unlock(&lock);
         }
     }
+    /* Set to 0 since `decays` was read: the setting's purge (ctl.c) may
+     * have passed the cache before this mapping was in, and under 0
+     * nothing waits dirty. */
+    if (kept_dirty && pageheap_decay_ms() == 0)
+        sampled_pages_purge();
     if (!kept)
         discard(s);
     if (!pageheap_decay_in_background()) /* else the background thread's job */

@@ -47,6 +47,11 @@ struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed);
 
 /* Gives a mapping from sampled_pages_get back, parked. */
 void sampled_pages_put(struct span *s);
+#ifdef SA_TESTING
+/* Called as a put has read whether the heap decays, before it keeps the
+ * mapping. */
+extern void (*sampled_pages_test_before_keep)(void);
+#endif
 
 /* Gives back a mapping that was kept elsewhere past the decay time (a
  * sample shard's spare, prof.c), purged; returns the bytes purged. */

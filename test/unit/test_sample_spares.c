@@ -285,6 +285,35 @@ static void test_decay_set_to_zero_during_a_sampled_free(void **state)
     assert_false(page_resident(p));
 }
 
+/* The same for a mapping on its way into sampled_pages' cache (the shard's
+ * spares full): the put gives it back itself. */
+static void decay_to_zero_once_in_put(void)
+{
+    sampled_pages_test_before_keep = NULL;
+    ssize_t zero = 0;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+}
+
+static void test_decay_set_to_zero_during_a_put_to_the_cache(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    char *p[SPARES_MAX + 1];
+    for (int i = 0; i <= SPARES_MAX; i++) {
+        p[i] = sampled_malloc(SMALL);
+        memset(p[i], 1, SMALL);
+    }
+    for (int i = 0; i < SPARES_MAX; i++)
+        free(p[i]); /* the shard's spares */
+    assert_int_equal(prof_spare_bytes(), SPARES_MAX * SA_PAGE_SIZE);
+    sampled_pages_test_before_keep = decay_to_zero_once_in_put;
+    free(p[SPARES_MAX]); /* to the cache */
+    assert_null(sampled_pages_test_before_keep); /* the setting ran */
+    assert_int_equal(sampled_pages_dirty(), 0);
+    assert_false(page_resident(p[SPARES_MAX]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_no_spare_with_decay_zero),
         cmocka_unit_test(test_decay_set_to_zero_purges_what_waits),
         cmocka_unit_test(test_decay_set_to_zero_during_a_sampled_free),
+        cmocka_unit_test(test_decay_set_to_zero_during_a_put_to_the_cache),
     };
     return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
 }
