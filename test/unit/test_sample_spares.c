@@ -234,6 +234,13 @@ static void test_no_spare_with_decay_zero(void **state)
     assert_false(page_resident(p)); /* purged on the way back */
 }
 
+/* dirty_decay_ms set to 0 as a program sets it (which purges what waits). */
+static void set_decay_zero(void)
+{
+    ssize_t zero = 0;
+    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+}
+
 /* dirty_decay_ms set to 0 while sampled mappings wait dirty (a shard's
  * spare, and one in sampled_pages' cache): both purged at once.  Their
  * decay passes skip a time of 0, so they once stayed until malloc_trim. */
@@ -252,8 +259,7 @@ static void test_decay_set_to_zero_purges_what_waits(void **state)
         free(p[i]);
     assert_true(prof_spare_bytes() > 0);
     assert_true(sampled_pages_dirty() > 0);
-    ssize_t zero = 0;
-    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+    set_decay_zero();
     assert_int_equal(prof_spare_bytes(), 0);
     assert_int_equal(sampled_pages_dirty(), 0);
     for (int i = 0; i < 2 * SPARES_MAX; i++)
@@ -267,8 +273,8 @@ static void test_decay_set_to_zero_purges_what_waits(void **state)
 static void decay_to_zero_once(void)
 {
     prof_test_before_spare_keep = NULL;
-    ssize_t zero = 0;
-    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
+    sampled_pages_test_before_keep = NULL;
+    set_decay_zero();
 }
 
 static void test_decay_set_to_zero_during_a_sampled_free(void **state)
@@ -287,12 +293,6 @@ static void test_decay_set_to_zero_during_a_sampled_free(void **state)
 
 /* The same for a mapping on its way into sampled_pages' cache (the shard's
  * spares full): the put gives it back itself. */
-static void decay_to_zero_once_in_put(void)
-{
-    sampled_pages_test_before_keep = NULL;
-    ssize_t zero = 0;
-    assert_int_equal(mallctl("arenas.dirty_decay_ms", NULL, NULL, &zero, sizeof(zero)), 0);
-}
 
 static void test_decay_set_to_zero_during_a_put_to_the_cache(void **state)
 {
@@ -307,7 +307,7 @@ static void test_decay_set_to_zero_during_a_put_to_the_cache(void **state)
     for (int i = 0; i < SPARES_MAX; i++)
         free(p[i]); /* the shard's spares */
     assert_int_equal(prof_spare_bytes(), SPARES_MAX * SA_PAGE_SIZE);
-    sampled_pages_test_before_keep = decay_to_zero_once_in_put;
+    sampled_pages_test_before_keep = decay_to_zero_once;
     free(p[SPARES_MAX]); /* to the cache */
     assert_null(sampled_pages_test_before_keep); /* the setting ran */
     assert_int_equal(sampled_pages_dirty(), 0);
