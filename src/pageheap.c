@@ -381,11 +381,6 @@ static bool purge_locked(struct span *s)
     return ok;
 }
 
-uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
-{
-    return decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
-}
-
 bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step)
 {
     uint64_t next = __atomic_load_n(next_check, __ATOMIC_RELAXED);

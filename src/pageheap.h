@@ -129,7 +129,10 @@ long pageheap_decay_ms(void);
  * every eighth of it, at most once a second, so that memory lives between
  * 1 and 1.125 decay times once freed.  The page heap, sampled_pages.c and
  * the sample shards' spares (prof.c) all use it. */
-uint64_t pageheap_decay_step_ns(uint64_t decay_ns);
+static inline uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
+{
+    return decay_ns / 8 < 1000000000u ? decay_ns / 8 : 1000000000u;
+}
 /* Whether a lock-free decay pass whose next look is due at *next_check
  * should look now (`now`: os_now_ns()); if so, schedules the next one a
  * `step` later.  One caller a step wins.  A look scheduled more than a

@@ -646,10 +646,19 @@ static size_t spares_purge(uint64_t idle_since)
     return purged;
 }
 
-/* `now`: os_now_ns(). */
-void prof_decay_spares(uint64_t now)
+/* Whether a look at the spares is due at `now` under `decay_ms`: the test
+ * of pageheap_decay_look_due without its compare-and-swap, inline, so that
+ * a sampled free, which finds it not due nearly always, pays a load and
+ * two compares for it, not three calls into pageheap.c. */
+static inline bool spares_look_may_be_due(uint64_t now, long decay_ms)
 {
-    long decay_ms = pageheap_decay_ms();
+    uint64_t next = __atomic_load_n(&next_spare_check, __ATOMIC_RELAXED);
+    return !(now < next && next - now <= pageheap_decay_step_ns((uint64_t)decay_ms * 1000000u));
+}
+
+/* `now`: os_now_ns(); `decay_ms`: pageheap_decay_ms(), read by the caller. */
+static void decay_spares(uint64_t now, long decay_ms)
+{
     if (decay_ms <= 0) /* 0: no spares; negative: purged only by malloc_trim */
         return;
     uint64_t decay_ns = (uint64_t)decay_ms * 1000000u;
@@ -658,6 +667,8 @@ void prof_decay_spares(uint64_t now)
     if (now > decay_ns)
         spares_purge(now - decay_ns);
 }
+
+void prof_decay_spares(uint64_t now) { decay_spares(now, pageheap_decay_ms()); }
 
 size_t prof_purge_spares(void) { return spares_purge(UINT64_MAX); }
 
@@ -959,24 +970,25 @@ size_t prof_free_sampled(struct span *span, void **proxy)
      * is room, under one hold of the shard's lock. */
     struct sample_shard *sh = home(s);
     uint64_t now = os_now_ns();
-    bool decays = pageheap_decay_ms() != 0;
+    long decay_ms = pageheap_decay_ms();
 #ifdef SA_TESTING
     if (prof_test_before_spare_keep) /* dirty_decay_ms set to 0 here, say */
         prof_test_before_spare_keep();
 #endif
     sa_polled_lock(&sh->lock);
     sample_release_locked(sh, s, false);
-    bool kept = spare_keep_locked(sh, span, now, decays);
+    bool kept = spare_keep_locked(sh, span, now, decay_ms != 0);
     sa_polled_unlock(&sh->lock);
     if (!kept)
         sampled_pages_put(span);
     else if (pageheap_decay_ms() == 0)
-        /* Set to 0 since `decays` was read: its purge of the spares
+        /* Set to 0 since `decay_ms` was read: its purge of the spares
          * (ctl.c) may have passed this shard before this one was kept,
          * and under 0 nothing waits dirty. */
         prof_purge_spares();
-    if (!pageheap_decay_in_background()) /* else the background thread's job */
-        prof_decay_spares(now);
+    /* With the background thread on, its job. */
+    if (decay_ms > 0 && spares_look_may_be_due(now, decay_ms) && !pageheap_decay_in_background())
+        decay_spares(now, decay_ms);
     return usable;
 }
 

@@ -401,26 +401,18 @@ static uint64_t object_tag(uintptr_t pc, uintptr_t *start, uintptr_t *end, int *
  * object_tag would find it, without the search through the table.  An
  * object never unloaded is where it was: only `at` is checked, which
  * still tells a memo that names the wrong entry (a test makes one). */
-static bool still_known(uintptr_t at, int entry, uintptr_t *start, uintptr_t *end)
+static bool still_known(uintptr_t at, int entry)
 {
 #if HAVE_DL_FIND_OBJECT
     if (entry < 0 || entry >= KNOWN_OBJECTS)
         return false;
-    if (known[entry].permanent) {
-        *start = known[entry].map_start;
-        *end = known[entry].map_end;
-        return at == *start;
-    }
+    if (known[entry].permanent)
+        return at == known[entry].map_start;
     struct dl_find_object f;
-    if (!_dl_find_object ||
-        _dl_find_object((void *)at, &f) != 0 || !f.dlfo_link_map ||
-        !known_matches(&known[entry], &f))
-        return false;
-    *start = (uintptr_t)f.dlfo_map_start;
-    *end = (uintptr_t)f.dlfo_map_end;
-    return true;
+    return _dl_find_object && _dl_find_object((void *)at, &f) == 0 && f.dlfo_link_map &&
+           known_matches(&known[entry], &f);
 #else
-    (void)at, (void)entry, (void)start, (void)end;
+    (void)at, (void)entry;
     return false;
 #endif
 }
@@ -935,15 +927,23 @@ static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg)
     return 1;
 }
 
+/* The tag of a walk without _dl_find_object (struct walk_state); with it,
+ * UINT64_MAX, unused. */
+static uint64_t walk_unloads(void)
+{
+    uint64_t unloads = UINT64_MAX;
+    if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &unloads) != 1)
+        unloads = UINT64_MAX;
+    return unloads;
+}
+
 static void walk_start(struct walk_state *w)
 {
     w->nobjects = 0;
     w->unkept = false;
     w->rbp_used = true; /* the starting rbp is no read (rbp_matters says if it counts) */
     w->rbp_read = 0;
-    w->unloads = UINT64_MAX;
-    if (!unwind_use_find_object && dl_iterate_phdr(read_unloads, &w->unloads) != 1)
-        w->unloads = UINT64_MAX;
+    w->unloads = walk_unloads();
 }
 
 /* The tag of the code at `pc`: 0 if no object holds it (its rule is not
@@ -1098,29 +1098,27 @@ __attribute__((noinline)) unsigned unwind_capture(void **frames, unsigned max, b
     return n;
 }
 
-/* How many frames the memo holds if the walk from (pc, sp, rbp) would
- * give them again (see unwind.h for why a match is exact); else -1, with
- * any objects the check looked up left in `w` for the walk. */
-static int replay_check(const struct unwind_memo *m, struct walk_state *w, uintptr_t pc,
-                        uintptr_t sp, uintptr_t rbp, unsigned max)
+/* How many frames the memo holds if the walk from (pc, sp, rbp), of
+ * tag `unloads` (walk_unloads), would give them again (see unwind.h for why
+ * a match is exact); else -1.  A walk that follows a failed check looks its
+ * objects up itself: handing it those the check found (before an object
+ * that no longer matches) saved nothing that happens more than once after
+ * a dlclose(), and cost every replay 8 instructions an object. */
+static int replay_check(const struct unwind_memo *m, uint64_t unloads, uintptr_t pc, uintptr_t sp,
+                        uintptr_t rbp, unsigned max)
 {
     if (m->pc != pc || m->sp != sp || (m->rbp_matters && m->rbp != rbp) || m->nframes > max)
         return -1;
-    if (w->unloads != m->unloads)
+    if (unloads != m->unloads)
         return -1;
     /* The stack words first: their loads then overlap the objects' checks
      * (6 ns of a 64 ns sample, measured), where after them they stalled. */
     for (unsigned i = 0; i < m->nreads; i++)
         if (*(const uintptr_t *)m->reads[i].addr != m->reads[i].value)
             return -1;
-    for (unsigned i = 0; i < m->nobjects; i++) {
-        uintptr_t start, end;
-        int entry = m->objects[i].entry;
-        if (!still_known(m->objects[i].at, entry, &start, &end))
+    for (unsigned i = 0; i < m->nobjects; i++)
+        if (!still_known(m->objects[i].at, m->objects[i].entry))
             return -1;
-        /* Checked now: the walk below, if the stack differs, has it. */
-        w->objects[w->nobjects++] = (struct walk_object){start, end, known[entry].tag, entry};
-    }
     return (int)m->nframes;
 }
 
@@ -1139,9 +1137,7 @@ bool unwind_memo_replays(const struct unwind_from *from, unsigned max)
     struct unwind_memo *m = from->memo;
     if (!m || max == 0 || from->pc == 0)
         return false;
-    struct walk_state w;
-    walk_start(&w);
-    if (replay_check(m, &w, from->pc, from->sp, from->rbp, max - 1) < 0)
+    if (replay_check(m, walk_unloads(), from->pc, from->sp, from->rbp, max - 1) < 0)
         return false;
     replayed(m);
     return true;
@@ -1181,7 +1177,7 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
     struct unwind_memo *m = from->memo;
     frames[0] = (void *)from->pc;
     if (m) {
-        int k = replay_check(m, &w, from->pc, from->sp, from->rbp, max - 1);
+        int k = replay_check(m, w.unloads, from->pc, from->sp, from->rbp, max - 1);
         if (k >= 0) {
             memcpy(frames + 1, m->frames, (unsigned)k * sizeof(void *));
             replayed(m);
@@ -1190,7 +1186,6 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
         m->pc = 0;
         m->nreads = 0;      /* the walk below notes its reads afresh */
         m->rbp_matters = false;
-        w.unkept = false; /* the check's lookups were not the walk's */
     }
     unsigned n = 1 + walk(&w, from->pc, from->sp, from->rbp, false, frames + 1, max - 1, complete, m);
     if (m) {
