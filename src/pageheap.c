@@ -381,14 +381,6 @@ static bool purge_locked(struct span *s)
     return ok;
 }
 
-bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step)
-{
-    uint64_t next = __atomic_load_n(next_check, __ATOMIC_RELAXED);
-    return !(now < next && next - now <= step) &&
-           __atomic_compare_exchange_n(next_check, &next, now + step, false, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED);
-}
-
 /* Under ph_lock: purges what has been free for a decay time at `now`, at
  * most once a decay step. */
 static void decay_locked(uint64_t now)

@@ -137,8 +137,16 @@ static inline uint64_t pageheap_decay_step_ns(uint64_t decay_ns)
  * should look now (`now`: os_now_ns()); if so, schedules the next one a
  * `step` later.  One caller a step wins.  A look scheduled more than a
  * step ahead was scheduled under a longer decay time: due now.  The
- * central lists and the sample spares (prof.c) use it. */
-bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step);
+ * central lists and the sample spares (prof.c) use it, the spares at every
+ * sampled free: inline, so that the usual answer (not due) is a load and
+ * two compares, not a call. */
+static inline bool pageheap_decay_look_due(uint64_t *next_check, uint64_t now, uint64_t step)
+{
+    uint64_t next = __atomic_load_n(next_check, __ATOMIC_RELAXED);
+    return !(now < next && next - now <= step) &&
+           __atomic_compare_exchange_n(next_check, &next, now + step, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
 
 struct pageheap_stats {
     size_t mapped;     /* bytes obtained from the kernel for the heap */

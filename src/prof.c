@@ -646,16 +646,6 @@ static size_t spares_purge(uint64_t idle_since)
     return purged;
 }
 
-/* Whether a look at the spares is due at `now` under `decay_ms`: the test
- * of pageheap_decay_look_due without its compare-and-swap, inline, so that
- * a sampled free, which finds it not due nearly always, pays a load and
- * two compares for it, not three calls into pageheap.c. */
-static inline bool spares_look_may_be_due(uint64_t now, long decay_ms)
-{
-    uint64_t next = __atomic_load_n(&next_spare_check, __ATOMIC_RELAXED);
-    return !(now < next && next - now <= pageheap_decay_step_ns((uint64_t)decay_ms * 1000000u));
-}
-
 /* `now`: os_now_ns(); `decay_ms`: pageheap_decay_ms(), read by the caller. */
 static void decay_spares(uint64_t now, long decay_ms)
 {
@@ -986,8 +976,7 @@ size_t prof_free_sampled(struct span *span, void **proxy)
          * (ctl.c) may have passed this shard before this one was kept,
          * and under 0 nothing waits dirty. */
         prof_purge_spares();
-    /* With the background thread on, its job. */
-    if (decay_ms > 0 && spares_look_may_be_due(now, decay_ms) && !pageheap_decay_in_background())
+    if (!pageheap_decay_in_background()) /* else the background thread's job */
         decay_spares(now, decay_ms);
     return usable;
 }

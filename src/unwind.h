@@ -96,11 +96,11 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
  * objects the walk met (their entries in the table of objects met before,
  * which the rule cache's tags come from: after a dlclose() another load at
  * the same address no longer matches its entry) and every such
- * word read, address and value.  A replay checks the objects first, so
- * the code is the same; then the words in the walk's order: each address
- * was computed from words already found equal, so it reads only what the
- * walk itself would read, and stops at the first that differs (a walk from
- * there on).  Walks through a signal frame, past code of no object or of
+ * word read, address and value.  A replay checks the words in the walk's
+ * order: each address was computed from words already found equal, so it
+ * reads only what the walk itself would read, and stops at the first that
+ * differs (a walk from there on); then the objects, so the code is the
+ * same (the words first: their loads overlap the objects' checks).  Walks through a signal frame, past code of no object or of
  * more objects than a walk keeps, or deeper than UNWIND_MEMO_FRAMES are not
  * kept.  Per thread: stack addresses mean nothing in another thread. */
 #define UNWIND_MEMO_FRAMES 32
