@@ -34,6 +34,7 @@
 #include "lock.h"
 #include "meta.h"
 #include "pageheap.h"
+#include "pagemap.h"
 #include "prof.h"
 #include "sampled_pages.h"
 #include "sizeclass.h"
@@ -102,7 +103,9 @@ struct ctl_row {
  *                    object too; prof.h has no figure for sampled bytes)
  *   allocated = small.allocated + large.allocated
  *   active    = small spans + large spans + sampled mappings (whole pages)
- *   metadata  = meta_mapped_bytes()
+ *   metadata  = meta_mapped_bytes() + the pagemap leaves' resident pages
+ *               (mincore: a leaf maps 2.5 MiB, of which the heap touches
+ *               little) + the peak snapshot's buffer
  *   resident  = active + free dirty pages + metadata + freed sampled
  *               mappings kept unpurged (an upper bound)
  *   mapped    = active + metadata: the extents in use; free pages, dirty or
@@ -148,7 +151,7 @@ static void snap_take(void)
     s.allocated = s.small_allocated + s.large_allocated;
     if (s.allocated > s.active)
         s.allocated = s.active;
-    s.metadata = meta_mapped_bytes();
+    s.metadata = meta_mapped_bytes() + pagemap_resident_bytes() + prof_peak_buffer_bytes();
     /* Freed sampled mappings kept unpurged: in the cache and as spares. */
     size_t sampled_dirty = sampled_pages_dirty() + prof_spare_bytes();
     s.resident = s.active + ph.free_dirty + s.metadata + sampled_dirty;

@@ -9,6 +9,11 @@
 SA_BSS_APART struct pm_leaf *pm_root[PM_ROOT_LEN];
 SA_BSS_APART struct pm_classes pm_classes;
 static bool check_every_free;
+/* The root indices that have leaves lie in [leaf_lo, leaf_hi]: the range
+ * pagemap_resident_bytes() scans.  Written under the page heap lock, read
+ * without it (relaxed: a leaf missed by a racing read is a statistic's
+ * error, which the next read corrects). */
+static size_t leaf_lo = PM_ROOT_LEN, leaf_hi;
 
 void pagemap_check_every_free(void) { check_every_free = true; }
 
@@ -35,8 +40,24 @@ bool pagemap_ensure(uintptr_t page, size_t npages)
             __atomic_store_n(&pm_classes.offset[i],
                              (uintptr_t)leaf->cls - (uintptr_t)pm_classes.zero, __ATOMIC_RELEASE);
         __atomic_store_n(&pm_root[i], leaf, __ATOMIC_RELEASE);
+        if (i < leaf_lo)
+            __atomic_store_n(&leaf_lo, i, __ATOMIC_RELAXED);
+        if (i > leaf_hi)
+            __atomic_store_n(&leaf_hi, i, __ATOMIC_RELAXED);
     }
     return true;
+}
+
+size_t pagemap_resident_bytes(void)
+{
+    size_t bytes = 0, hi = __atomic_load_n(&leaf_hi, __ATOMIC_RELAXED);
+    size_t len = sa_align_up(sizeof(struct pm_leaf), os_page_size());
+    for (size_t i = __atomic_load_n(&leaf_lo, __ATOMIC_RELAXED); i <= hi && i < PM_ROOT_LEN; i++) {
+        struct pm_leaf *leaf = __atomic_load_n(&pm_root[i], __ATOMIC_ACQUIRE);
+        if (leaf)
+            bytes += os_resident_bytes(leaf, len);
+    }
+    return bytes;
 }
 
 void pagemap_set_span(uintptr_t page, struct span *s)

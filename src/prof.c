@@ -77,7 +77,8 @@ static uint64_t samples_failed;  /* samples that could not be recorded */
  * (LOCK_RANK_PEAK) guards the buffer, which comes from os_map. */
 static sa_lock_t peak_lock = SA_LOCK_INITIALIZER(LOCK_RANK_PEAK);
 static struct dump_entry *peak_buf; /* under peak_lock */
-static size_t peak_cap, peak_len;   /* under peak_lock */
+static size_t peak_cap, peak_len;   /* under peak_lock; peak_cap read without it
+                                     * by prof_peak_buffer_bytes() */
 static int64_t peak_mark;           /* live_estimate() at the last snapshot */
 static int64_t peak_slack;          /* see peak_check(); atomic */
 
@@ -395,7 +396,7 @@ static void peak_full_check_locked(void)
                 if (peak_buf)
                     os_unmap(peak_buf, sa_align_up(peak_cap * sizeof(struct dump_entry), os_page_size()));
                 peak_buf = grown;
-                peak_cap = bytes / sizeof(struct dump_entry);
+                __atomic_store_n(&peak_cap, bytes / sizeof(struct dump_entry), __ATOMIC_RELAXED);
             }
         }
         if (peak_buf)
@@ -1130,6 +1131,12 @@ size_t prof_own_mapping_bytes(void)
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         bytes += __atomic_load_n(&shards[i].own_bytes, __ATOMIC_RELAXED);
     return bytes;
+}
+
+size_t prof_peak_buffer_bytes(void)
+{
+    size_t cap = __atomic_load_n(&peak_cap, __ATOMIC_RELAXED);
+    return sa_align_up(cap * sizeof(struct dump_entry), os_page_size());
 }
 
 size_t prof_live_upper_bound(void)

@@ -89,6 +89,10 @@ size_t prof_sample_count(void);
  * guard pages included (stats.allocated and stats.active count them). */
 size_t prof_own_mapping_bytes(void);
 
+/* Bytes mapped for the peak snapshot's buffer (prof.dump of the peak), 0
+ * until the first snapshot: metadata, for stats.metadata. */
+size_t prof_peak_buffer_bytes(void);
+
 /* Bytes of freed sampled mappings the sample shards keep for their next
  * samples (dirty: statistics count them with sampled_pages_dirty()).  A
  * shard keeps at most PROF_SHARD_SPARES of them, PROF_SHARD_SPARE_BYTES in

@@ -509,6 +509,23 @@ static void test_ctl_stats_count_sampled_mappings(void **state)
     assert_true(read_z("stats.allocated") < allocated + own / 2);
 }
 
+/* The pagemap's leaves are metadata too: a page of a leaf that a writer
+ * touched shows in stats.metadata and stats.resident (which must bound
+ * what salloc keeps resident). */
+static void test_ctl_stats_metadata_counts_pagemap_leaves(void **state)
+{
+    (void)state;
+    uintptr_t page = (uintptr_t)0x7c00 << 28 >> SA_PAGE_SHIFT; /* no heap there */
+    assert_null(pagemap_leaf_of((void *)(page << SA_PAGE_SHIFT)));
+    refresh();
+    size_t metadata = read_z("stats.metadata"), resident = read_z("stats.resident");
+    assert_true(pagemap_ensure(page, 1));
+    pagemap_set_span(page, NULL); /* faults in a page of the new leaf */
+    refresh();
+    assert_true(read_z("stats.metadata") >= metadata + os_page_size());
+    assert_true(read_z("stats.resident") >= resident + os_page_size());
+}
+
 static void test_ctl_thread_counters(void **state)
 {
     (void)state;
@@ -721,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_ctl_mib_round_trip),
         cmocka_unit_test(test_ctl_stats_order_and_growth),
         cmocka_unit_test(test_ctl_stats_count_sampled_mappings),
+        cmocka_unit_test(test_ctl_stats_metadata_counts_pagemap_leaves),
         cmocka_unit_test(test_ctl_thread_counters),
         cmocka_unit_test(test_ctl_stats_print_text),
         cmocka_unit_test(test_ctl_stats_print_json),

@@ -70,6 +70,24 @@ static void test_pagemap_writers_cross_leaves(void **state)
     assert_false(pagemap_ensure((uintptr_t)1 << (SA_ADDRESS_BITS - SA_PAGE_SHIFT), 1));
 }
 
+/* stats.metadata's share of the pagemap: a fresh leaf costs nothing until
+ * a writer touches its pages, then each page touched counts (a whole huge
+ * page where the kernel backs it with one). */
+static void test_pagemap_resident_bytes_counts_touched_leaf_pages(void **state)
+{
+    (void)state;
+    uintptr_t page = (uintptr_t)0x7d00 << 28 >> SA_PAGE_SHIFT;
+    assert_null(pagemap_leaf_of((void *)(page << SA_PAGE_SHIFT)));
+    size_t before = pagemap_resident_bytes();
+    assert_true(pagemap_ensure(page, 1));
+    assert_int_equal(pagemap_resident_bytes(), before);
+    pagemap_set_span(page, NULL); /* a write: its page of span[] faults in */
+    size_t one = pagemap_resident_bytes();
+    assert_true(one >= before + os_page_size());
+    pagemap_set_class_range(page, 1, 0); /* cls[] and owner[], further on */
+    assert_true(pagemap_resident_bytes() > one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -77,6 +95,7 @@ int main(void)
         cmocka_unit_test(test_pagemap_small_span_pages_carry_class),
         cmocka_unit_test(test_pagemap_large_span_is_class_zero),
         cmocka_unit_test(test_pagemap_writers_cross_leaves),
+        cmocka_unit_test(test_pagemap_resident_bytes_counts_touched_leaf_pages),
     };
     return cmocka_run_group_tests_name("pagemap", tests, NULL, NULL);
 }
