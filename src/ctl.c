@@ -110,7 +110,8 @@ struct ctl_row {
  *               mappings kept unpurged (an upper bound)
  *   mapped    = active + metadata: the extents in use; free pages, dirty or
  *               not, are excluded, as jemalloc's inactive extents are
- *   retained  = free clean (purged) pages: still mapped, nothing resident
+ *   retained  = free clean (purged) pages: still mapped, nothing resident;
+ *               the sampled pages' regions' free runs too
  * Layers are read one after another, not atomically, so under concurrent
  * churn allocated is clamped to active to keep the documented order.
  *
@@ -156,7 +157,7 @@ static void snap_take(void)
     size_t sampled_dirty = sampled_pages_dirty() + prof_spare_bytes();
     s.resident = s.active + ph.free_dirty + s.metadata + sampled_dirty;
     s.mapped = s.active + s.metadata;
-    s.retained = ph.free_clean;
+    s.retained = ph.free_clean + sampled_pages_retained();
     s.pactive = s.active >> SA_PAGE_SHIFT;
     s.pdirty = (ph.free_dirty + sampled_dirty) >> SA_PAGE_SHIFT;
     struct background_stats bg;

@@ -36,13 +36,29 @@
  * as the page heap does), a put looks for kept mappings idle longer than
  * the decay time, hot or not, and purges them.  A mapping being purged is
  * out of the cache, so no sample can get it half purged.
+ *
+ * Regions: a sample's pages are not an mmap of their own but a run carved
+ * out of a region, one 16 MiB NOHUGEPAGE mapping shared by many samples.
+ * The kernel allows a process vm.max_map_count mappings (65,530 by
+ * default), and a mapping per sample spent one of them on each live small
+ * sample: at lg_prof_sample:10 jq parsing a 9 MB file reached the limit,
+ * the heap's next mmap failed, and malloc returned NULL with gigabytes
+ * free; at the default rate a heap of about 30 GiB of small objects would
+ * do the same.  A run the cache does not keep goes back to its region,
+ * purged (MADV_DONTNEED splits no mapping), for any later sample's length.
+ * Regions are kept once made, as the heap retains its address space
+ * (opt.retain): their free pages cost no memory.  Runs longer than a small
+ * sample's (tests) or aligned beyond a region's alignment get mappings of
+ * their own, as before.
  */
 #include "sampled_pages.h"
 
 #include <errno.h>
 
 #include "lock.h"
+#include "meta.h"
 #include "os.h"
+#include "page_runs.h"
 #include "pageheap.h"
 #include "util.h"
 
@@ -110,13 +126,130 @@ static void count(size_t len, bool is_dirty, long sign)
     }
 }
 
-/* Unregisters and unmaps a mapping the cache does not keep. */
+/* ---- regions (see the top of the file) ---- */
+
+#define REGION_PAGES 2048 /* 16 MiB */
+#define REGION_ALIGN ((size_t)2 << 20)
+#define REGION_MAX_RUN SAMPLED_CACHE_MAX_PAGES /* a small sample's longest */
+
+SA_TEST_MUTABLE size_t sampled_pages_region_pages = REGION_PAGES;
+
+struct region {
+    struct region *next;
+    uintptr_t start;
+    size_t npages; /* sampled_pages_region_pages when it was made */
+    size_t free_pages;
+    uint64_t free[REGION_PAGES / 64];  /* 1: free */
+    uint64_t dirty[REGION_PAGES / 64]; /* free, but its purge was refused */
+};
+
+static struct region *regions; /* under lock; only ever prepended to */
+static size_t region_free_bytes; /* under lock; atomic reads */
+
+static bool in_regions(size_t pages, size_t align)
+{
+    return pages >= 1 && pages <= REGION_MAX_RUN && align <= REGION_ALIGN;
+}
+
+/* Under lock: a run of `pages` at a multiple of `align_pages` out of the
+ * first region that has one, or 0.  *zeroed: no page of it is dirty. */
+static uintptr_t carve_locked(size_t pages, size_t align_pages, bool *zeroed)
+{
+    for (struct region *r = regions; r; r = r->next) {
+        if (r->free_pages < pages)
+            continue;
+        size_t at = page_runs_find(r->free, REGION_PAGES, pages, align_pages);
+        if (at == REGION_PAGES)
+            continue;
+        page_runs_set(r->free, at, pages, false);
+        *zeroed = page_runs_all(r->dirty, at, pages, false);
+        page_runs_set(r->dirty, at, pages, false);
+        r->free_pages -= pages;
+        __atomic_store_n(&region_free_bytes, region_free_bytes - len_of(pages), __ATOMIC_RELAXED);
+        return r->start + len_of(at);
+    }
+    return 0;
+}
+
+/* A fresh region, not yet in the list; NULL on ENOMEM. */
+static struct region *region_new(void)
+{
+    size_t npages = sampled_pages_region_pages;
+    void *p = os_map(len_of(npages), REGION_ALIGN);
+    if (!p)
+        return NULL;
+    struct region *r = meta_alloc(sizeof(*r), 64);
+    if (!r) {
+        os_unmap(p, len_of(npages));
+        return NULL;
+    }
+    os_nohugepage(p, len_of(npages));
+    r->start = (uintptr_t)p;
+    r->npages = r->free_pages = npages;
+    page_runs_set(r->free, 0, npages, true);
+    return r;
+}
+
+/* A run of `len` bytes aligned to `align` from a region, making one if none
+ * has room; 0 on ENOMEM. */
+static uintptr_t region_get(size_t len, size_t align, bool *zeroed)
+{
+    size_t pages = len >> SA_PAGE_SHIFT;
+    size_t align_pages = align > SA_PAGE_SIZE ? align >> SA_PAGE_SHIFT : 1;
+    sa_lock(&lock);
+    uintptr_t p = carve_locked(pages, align_pages, zeroed);
+    sa_unlock(&lock);
+    if (p)
+        return p;
+    struct region *r = region_new(); /* outside the lock: system calls */
+    if (!r)
+        return 0;
+    sa_lock(&lock);
+    r->next = regions;
+    __atomic_store_n(&regions, r, __ATOMIC_RELEASE);
+    __atomic_store_n(&region_free_bytes, region_free_bytes + len_of(r->npages), __ATOMIC_RELAXED);
+    p = carve_locked(pages, align_pages, zeroed); /* the new one is first */
+    sa_unlock(&lock);
+    return p;
+}
+
+/* The region holding [start, start + len), or NULL (a mapping of its own).
+ * Lock-free: regions are only prepended, with release, never removed. */
+static struct region *region_of(uintptr_t start)
+{
+    for (struct region *r = __atomic_load_n(&regions, __ATOMIC_ACQUIRE); r; r = r->next)
+        if (start >= r->start && start < r->start + len_of(r->npages))
+            return r;
+    return NULL;
+}
+
+/* Pages no sample uses any more: back to their region, purged, or
+ * unmapped if they are a mapping of their own. */
+static void release_pages(uintptr_t start, size_t pages)
+{
+    size_t len = len_of(pages);
+    struct region *r = region_of(start);
+    if (!r) {
+        os_unmap((void *)start, len);
+        return;
+    }
+    bool purged = os_purge((void *)start, len);
+    size_t at = (start - r->start) >> SA_PAGE_SHIFT;
+    sa_lock(&lock);
+    page_runs_set(r->free, at, pages, true);
+    page_runs_set(r->dirty, at, pages, !purged);
+    r->free_pages += pages;
+    __atomic_store_n(&region_free_bytes, region_free_bytes + len, __ATOMIC_RELAXED);
+    sa_unlock(&lock);
+}
+
+/* Unregisters a mapping the cache does not keep and releases its pages. */
 static void discard(struct span *s)
 {
-    void *start = (void *)s->start;
-    size_t len = s->npages << SA_PAGE_SHIFT;
+    uintptr_t start = s->start;
+    size_t pages = s->npages;
     pageheap_unregister_mapping(s);
-    os_unmap(start, len);
+    release_pages(start, pages);
 }
 
 /* Under lock: whether a mapping of `pages` would be kept, clean. */
@@ -236,16 +369,19 @@ struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
             return k.span;
         }
     }
-    void *p = os_map(len, align > SA_PAGE_SIZE ? align : SA_PAGE_SIZE);
+    bool fresh_zeroed = true;
+    void *p = in_regions(pages, align) ? (void *)region_get(len, align, &fresh_zeroed)
+                                       : os_map(len, align > SA_PAGE_SIZE ? align : SA_PAGE_SIZE);
     if (!p)
         return NULL;
-    os_nohugepage(p, len);
+    if (!in_regions(pages, align))
+        os_nohugepage(p, len);
     struct span *s = pageheap_register_mapping(p, pages);
     if (!s) {
-        os_unmap(p, len);
+        release_pages((uintptr_t)p, pages);
         return NULL;
     }
-    *zeroed = true;
+    *zeroed = fresh_zeroed;
     return s;
 }
 
@@ -317,6 +453,7 @@ size_t sampled_pages_purge(void)
 }
 
 size_t sampled_pages_cached(void) { return __atomic_load_n(&cached, __ATOMIC_RELAXED) + hot_bytes(); }
+size_t sampled_pages_retained(void) { return __atomic_load_n(&region_free_bytes, __ATOMIC_RELAXED); }
 size_t sampled_pages_dirty(void) { return __atomic_load_n(&dirty, __ATOMIC_RELAXED) + hot_bytes(); }
 
 void sampled_pages_prefork(void) { sa_lock(&lock); }

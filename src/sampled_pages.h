@@ -1,8 +1,10 @@
 /*
  * sampled_pages.h: the memory sampled allocations live on.  Each sampled
- * allocation gets a mapping of its own (whole salloc pages, 8 KiB aligned so
+ * allocation gets pages of its own (whole salloc pages, 8 KiB aligned so
  * that no pagemap page is shared, MADV_NOHUGEPAGE so residency is exact per
- * OS page).
+ * OS page): a run carved from a region, a 16 MiB mapping many samples
+ * share, so that live samples do not use up the kernel's limit on a
+ * process's mappings (vm.max_map_count).  Below, "a mapping" is such a run.
  *
  * Mapping a fresh one per sample, and purging a freed one, costs system
  * calls, TLB shootdowns and page faults (measured: 10 to 20 us a sample on
@@ -17,11 +19,12 @@
  * malloc_trim calls).  The cache is bounded in dirty entries per length:
  * beyond that a freed mapping is purged and kept clean (no munmap, whose
  * TLB shootdown and mmap lock cost a threaded program far more); and in
- * entries per length and bytes overall: beyond that mappings are unmapped.
+ * entries per length and bytes overall: beyond that a run goes back to its
+ * region, purged.
  *
  * Each mapping is registered with the page heap (pageheap.h) when it is
- * made and keeps that record, parked between samples, until it is
- * unmapped: a sample reuses both without the page heap's lock.
+ * made and keeps that record, parked between samples, until it goes back
+ * to its region: a sample reuses both without the page heap's lock.
  *
  * One lock (LOCK_RANK_SAMPLED_PAGES), held only for list operations, never
  * across a system call; lengths up to 64 KiB also have one hot slot each,
@@ -35,7 +38,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os.h" /* SA_TEST_MUTABLE */
+
 #define SAMPLED_CACHE_MAX_PAGES 32
+
+/* The pages of each new region (sampled_pages.c; 2048): tests make it
+ * small, so that samples need new regions, and mmaps, often. */
+extern SA_TEST_MUTABLE size_t sampled_pages_region_pages;
 
 struct span;
 
@@ -69,6 +78,8 @@ size_t sampled_pages_purge(void);
  * the latter may be resident). */
 size_t sampled_pages_cached(void);
 size_t sampled_pages_dirty(void);
+/* Bytes of the regions' free runs: mapped, purged (stats.retained). */
+size_t sampled_pages_retained(void);
 
 void sampled_pages_prefork(void);
 void sampled_pages_postfork_parent(void);

@@ -265,7 +265,8 @@ static void test_oom_lost_samples_are_counted_and_served(void **state)
     size_t live0 = prof_sample_count();
     refuse_mmap(1);
     /* Empty the cache of kept mappings (earlier tests left some of every
-     * length), so that a small sample needs a new mapping. */
+     * length) and the regions' free runs, so that a small sample needs a
+     * new region. */
     static struct span *taken[(SAMPLED_CACHE_MAX_PAGES + 1) * 64];
     size_t ntaken = 0;
     bool zeroed;
@@ -397,6 +398,9 @@ static void test_oom_shrink_without_a_record(void **state)
 
 int main(void)
 {
+    /* Regions of one longest run: a sample needs a new region, so an mmap
+     * that may be refused, every few samples rather than every 2048 pages. */
+    sampled_pages_region_pages = SAMPLED_CACHE_MAX_PAGES;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oom_every_function_fails_cleanly_and_recovers),
         cmocka_unit_test(test_oom_random_refusals_under_sampling),

@@ -37,6 +37,18 @@ static inline size_t unit_rss_bytes(void)
     return resident * (size_t)os_page_size();
 }
 
+/* The process's kernel mappings: lines of /proc/self/maps. */
+static inline size_t unit_mapping_count(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    size_t n = 0;
+    for (int c; (c = fgetc(f)) != EOF;)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 /* Whether the kernel's VmFlags for the mapping holding `a` include `flag`
  * (two letters: "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
 static inline bool unit_vm_flag(uintptr_t a, const char *flag)
