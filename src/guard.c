@@ -17,6 +17,12 @@
 
 /* ---- mappings ---- */
 
+SA_TEST_MUTABLE size_t guard_max_live = GUARD_MAX_LIVE;
+static size_t live; /* guarded mappings now mapped, quarantined ones too; atomic */
+
+bool guard_room(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED) < guard_max_live; }
+size_t guard_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
+
 struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *data_len)
 {
     size_t data = sa_align_up(usable, SA_PAGE_SIZE), len = data + SA_PAGE_SIZE;
@@ -31,6 +37,7 @@ struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *d
         os_unmap(p, len);
         return NULL;
     }
+    __atomic_fetch_add(&live, 1, __ATOMIC_RELAXED);
     /* The alignment a block of this size has in a slab: its size's lowest
      * set bit, up to 16 (an 8-byte block is 8-aligned), or more if asked. */
     size_t natural = usable & -usable;
@@ -48,6 +55,7 @@ void guard_unmap(struct span *s)
     size_t len = s->npages << SA_PAGE_SHIFT;
     pageheap_unregister_mapping(s);
     os_unmap(start, len);
+    __atomic_fetch_sub(&live, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- quarantine ---- */

@@ -33,10 +33,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os.h" /* SA_TEST_MUTABLE */
+
 struct span;
 
 /* Freed guarded mappings kept inaccessible before they are unmapped. */
 #define GUARD_QUARANTINE 256
+
+/* A guarded sample costs the process two kernel mappings (its pages and
+ * the inaccessible one), and the kernel allows vm.max_map_count (65,530
+ * by default) in all: past GUARD_MAX_LIVE guarded mappings (quarantined
+ * ones included), samples are placed unguarded instead, rather than the
+ * heap's next mmap failing.  guard_max_live is GUARD_MAX_LIVE; tests
+ * lower it.  guard_room(): whether one more may be made (a relaxed read:
+ * threads racing for the last room may pass it by a few). */
+#define GUARD_MAX_LIVE 8192
+extern SA_TEST_MUTABLE size_t guard_max_live;
+bool guard_room(void);
+size_t guard_live(void);
 
 /* A mapping for a guarded block of `usable` bytes aligned to `align` (at
  * most a salloc page): its parked span record, *object the block's

@@ -348,9 +348,26 @@ static void unadvise_chunks(uintptr_t start, uintptr_t end)
  * and its mapping would stay split in three.  (Where the kernel gives huge
  * pages to all memory and no chunk asked, no advice restores the default:
  * those pages stay small.) */
+SA_TEST_MUTABLE size_t pageheap_small_pages_max = PAGEHEAP_SMALL_PAGES_MAX;
+static size_t small_pages_spans; /* marked spans; atomic */
+
+bool pageheap_small_pages_mark(struct span *s)
+{
+    if (s->small_pages)
+        return true;
+    if (__atomic_load_n(&small_pages_spans, __ATOMIC_RELAXED) >= pageheap_small_pages_max)
+        return false;
+    __atomic_fetch_add(&small_pages_spans, 1, __ATOMIC_RELAXED);
+    s->small_pages = 1;
+    return true;
+}
+
+size_t pageheap_small_pages_spans(void) { return __atomic_load_n(&small_pages_spans, __ATOMIC_RELAXED); }
+
 static void readvise_sampled(struct span *s)
 {
     s->small_pages = 0;
+    __atomic_fetch_sub(&small_pages_spans, 1, __ATOMIC_RELAXED);
     uintptr_t start = s->start, end = span_end(s);
     for (unsigned i = 0; i < nthp_chunks; i++) {
         uintptr_t lo = start > thp_chunks[i].start ? start : thp_chunks[i].start;
@@ -678,7 +695,9 @@ bool pageheap_shrink(struct span *s, size_t npages)
         tail->start = s->start + (npages << SA_PAGE_SHIFT);
         tail->npages = s->npages - npages;
         tail->state = SPAN_LARGE;
-        tail->small_pages = s->small_pages;
+        tail->small_pages = s->small_pages; /* freed just below, uncounted there */
+        if (tail->small_pages)
+            __atomic_fetch_add(&small_pages_spans, 1, __ATOMIC_RELAXED);
         s->npages = npages;
         register_ends(s);
         free_locked(tail);

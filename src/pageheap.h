@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os.h" /* SA_TEST_MUTABLE */
 #include "pagemap.h"
 #include "span.h"
 
@@ -103,6 +104,19 @@ size_t pageheap_mapped_bytes(void);
  * (opt.thp): a sampled large span there then needs MADV_NOHUGEPAGE for
  * exact residency (prof.c). */
 bool pageheap_hugepages_advised(void);
+
+/* Large spans whose sample asked for small pages (prof.c): each such
+ * madvise splits its chunk's kernel mapping in up to three, and the kernel
+ * allows a process vm.max_map_count mappings (65,530 by default) in all.
+ * pageheap_small_pages_mark() marks `s` (span->small_pages) and counts it
+ * if fewer than pageheap_small_pages_max are marked, and says whether it
+ * did; a span already marked stays so.  Unmarked and uncounted when freed.
+ * Past the cap a sample may sit on huge pages: its residency then counts
+ * every OS page of them. */
+#define PAGEHEAP_SMALL_PAGES_MAX 8192
+extern SA_TEST_MUTABLE size_t pageheap_small_pages_max;
+bool pageheap_small_pages_mark(struct span *s);
+size_t pageheap_small_pages_spans(void);
 
 /* Returns every dirty free page to the kernel now; the number of bytes. */
 size_t pageheap_purge(void);

@@ -794,12 +794,12 @@ static void after_publish(struct tcache *tc, const struct sample *s)
 bool prof_should_guard(struct tcache *tc)
 {
     if (opt_prof_guard)
-        return true;
+        return guard_room();
     if (opt_lg_prof_guard_every < 0)
         return false;
     /* One sample in 2^lg, at random, from the thread's generator. */
     double u = sampler_uniform(&tc->prof.prng); /* (0, 1] */
-    return u <= 1.0 / (double)((uint64_t)1 << opt_lg_prof_guard_every);
+    return u <= 1.0 / (double)((uint64_t)1 << opt_lg_prof_guard_every) && guard_room();
 }
 
 /* A guarded sample's mapping gives back no memory when freed until it
@@ -858,13 +858,13 @@ void *prof_alloc_sampled(struct tcache *tc, size_t usable, size_t align, uint64_
 
 /* Residency is read per OS page: with transparent huge pages on for all
  * memory, or asked for this part of the heap (opt.thp), keep the kernel
- * from backing sampled large span `span` with one. */
+ * from backing sampled large span `span` with one, unless so many spans
+ * already are that their split mappings could use up the process's
+ * (pageheap_small_pages_mark).  Undone when the span is freed. */
 static void small_pages_for(struct span *span)
 {
-    if (os_thp_always() || pageheap_hugepages_advised()) {
+    if ((os_thp_always() || pageheap_hugepages_advised()) && pageheap_small_pages_mark(span))
         os_nohugepage((void *)span->start, span->npages << SA_PAGE_SHIFT);
-        span->small_pages = 1; /* undone when the span is freed (pageheap.c) */
-    }
 }
 
 bool prof_sample_span(struct tcache *tc, struct span *span, size_t usable, uint64_t rate,

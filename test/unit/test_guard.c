@@ -225,17 +225,6 @@ static void test_guard_large_realloc_in_place(void **state)
 
 /* ---- quarantine ---- */
 
-static size_t count_mappings(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    size_t n = 0;
-    for (int c; (c = fgetc(f)) != EOF;)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 static void test_guard_quarantine(void **state)
 {
     (void)state;
@@ -257,11 +246,11 @@ static void test_guard_quarantine(void **state)
                 (uintptr_t)first >= span_end(t));
 
     /* However many: mappings, records and live samples stay bounded. */
-    size_t maps0 = count_mappings(), live0 = prof_live_upper_bound();
+    size_t maps0 = unit_mapping_count(), live0 = prof_live_upper_bound();
     size_t mapped0 = pageheap_mapped_bytes();
     for (int i = 0; i < 20 * GUARD_QUARANTINE; i++)
         alloc_and_free((size_t)(i % 300) * 64 + 1);
-    assert_true(count_mappings() <= maps0 + 8);
+    assert_true(unit_mapping_count() <= maps0 + 8);
     assert_int_equal(prof_live_upper_bound(), live0);
     assert_true(pageheap_mapped_bytes() <= mapped0 + ((size_t)4 << 20));
 }
@@ -449,6 +438,34 @@ static void test_guard_refused_is_sampled_unguarded(void **state)
     assert_true(recorded_still_mapped() < nrecorded);
 }
 
+/* Past guard_max_live guarded mappings (two kernel mappings each, out of
+ * vm.max_map_count), samples are placed unguarded: before the cap, jq
+ * under prof_guard:true,lg_prof_sample:6 ran out of mappings and its
+ * malloc returned NULL. */
+static void test_guard_cap_places_samples_unguarded(void **state)
+{
+    (void)state;
+    size_t saved = guard_max_live;
+    guard_max_live = guard_live() + 3;
+    enum { N = 10 };
+    char *p[N];
+    unsigned guarded = 0;
+    for (int i = 0; i < N; i++) {
+        p[i] = ALLOC_SAMPLED(malloc(100));
+        assert_non_null(p[i]);
+        assert_true(prof_is_sampled(p[i])); /* every one still a sample */
+        guarded += is_guarded(p[i]);
+        assert_true(guard_live() <= guard_max_live);
+    }
+    assert_int_equal(guarded, 3);
+    for (int i = 0; i < N; i++)
+        free(p[i]);
+    guard_max_live = saved;
+    char *q = ALLOC_SAMPLED(malloc(100));
+    assert_true(is_guarded(q)); /* room again */
+    free(q);
+}
+
 /* ---- chaining ---- */
 
 static volatile sig_atomic_t previous_ran;
@@ -491,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_guard_reports),
         cmocka_unit_test(test_guard_every),
         cmocka_unit_test(test_guard_refused_is_sampled_unguarded),
+        cmocka_unit_test(test_guard_cap_places_samples_unguarded),
         cmocka_unit_test(test_guard_handler_chains),
     };
     return cmocka_run_group_tests_name("guarded sampling", tests, guard_all, guard_none);

@@ -403,27 +403,45 @@ static void test_profiles_peak_past_another_shards_grown_part(void **state)
  * first ones do, so its residency is read per page.  They once kept the
  * chunk's advice.  Shrunk or freed, the pages it lets go take the chunk's
  * advice back. */
+enum { MIB = 1 << 20, KEEP = 1024 };
+static char *held[KEEP];
+static size_t nheld;
+static char saved_thp[sizeof(opt_thp)];
+
+/* Under opt.thp "always", unsampled 1 MiB blocks held until one needs a
+ * new chunk, asked to have huge pages: that block is the chunk's first,
+ * and its span the only free one of 1 MiB once it is freed.  Then every
+ * allocation is sampled (R = 1 byte), from that chunk.  Undone by
+ * advised_chunk_end(). */
+static void advised_chunk_begin(void)
+{
+    strcpy(saved_thp, opt_thp);
+    strcpy(opt_thp, "always"); /* chunks mapped from now on ask for huge pages */
+    prof_thread_active_set(false);
+    size_t mapped = pageheap_mapped_bytes();
+    nheld = 0;
+    while (nheld < KEEP && pageheap_mapped_bytes() == mapped)
+        held[nheld++] = malloc(MIB);
+    assert_true(pageheap_mapped_bytes() > mapped);
+    free(held[--nheld]);
+    prof_thread_active_set(true);
+    prof_reset(0);
+}
+
+static void advised_chunk_end(void)
+{
+    while (nheld)
+        free(held[--nheld]);
+    strcpy(opt_thp, saved_thp);
+    prof_reset(19);
+}
+
 static void test_profiles_grown_sample_keeps_small_pages(void **state)
 {
     (void)state;
     if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
         skip(); /* no such flags without transparent huge pages */
-    enum { MIB = 1 << 20, KEEP = 1024 };
-    static char *held[KEEP];
-    char saved_thp[sizeof(opt_thp)];
-    strcpy(saved_thp, opt_thp);
-    strcpy(opt_thp, "always"); /* chunks mapped from now on ask for huge pages */
-    /* Unsampled 1 MiB blocks until one needs a new chunk: it is the chunk's
-     * first, and its span the only free one of 1 MiB once it is freed. */
-    prof_thread_active_set(false);
-    size_t n = 0, mapped = pageheap_mapped_bytes();
-    while (n < KEEP && pageheap_mapped_bytes() == mapped)
-        held[n++] = malloc(MIB);
-    assert_true(pageheap_mapped_bytes() > mapped);
-    char *first = held[--n];
-    free(first);
-    prof_thread_active_set(true);
-    prof_reset(0); /* R = 1 byte: sampled */
+    advised_chunk_begin();
     char *p = malloc(MIB);
     assert_true(prof_is_sampled(p));
     assert_true(unit_vm_flag((uintptr_t)p, "nh"));
@@ -443,10 +461,37 @@ static void test_profiles_grown_sample_keeps_small_pages(void **state)
     free(r);
     assert_true(unit_vm_flag((uintptr_t)r, "hg"));
     assert_false(unit_vm_flag((uintptr_t)r, "nh"));
-    while (n)
-        free(held[--n]);
-    strcpy(opt_thp, saved_thp);
-    prof_reset(19);
+    advised_chunk_end();
+}
+
+/* Each sampled large span kept on small pages splits its chunk's kernel
+ * mapping: past pageheap_small_pages_max such spans, samples stay on the
+ * chunk's pages (sampled all the same), so that live samples cannot use
+ * up vm.max_map_count; freed, they give their room back. */
+static void test_profiles_small_pages_capped(void **state)
+{
+    (void)state;
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        skip();
+    advised_chunk_begin();
+    size_t saved = pageheap_small_pages_max, marked = pageheap_small_pages_spans();
+    pageheap_small_pages_max = marked + 2;
+    char *p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = malloc(MIB / 2);
+        assert_true(prof_is_sampled(p[i]));
+        /* Marked while there is room (the others' pages may be "nh" anyway,
+         * as a chunk purged under opt.thp "auto" is). */
+        assert_int_equal(pageheap_small_pages_spans(), marked + (i < 2 ? i + 1 : 2));
+        if (i < 2)
+            assert_true(unit_vm_flag((uintptr_t)p[i], "nh"));
+    }
+    assert_int_equal(pageheap_small_pages_spans(), marked + 2);
+    for (int i = 0; i < 4; i++)
+        free(p[i]);
+    assert_int_equal(pageheap_small_pages_spans(), marked);
+    pageheap_small_pages_max = saved;
+    advised_chunk_end();
 }
 
 int main(void)
@@ -461,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_profiles_reset_while_another_thread_samples),
         cmocka_unit_test(test_profiles_peak_past_another_shards_grown_part),
         cmocka_unit_test(test_profiles_grown_sample_keeps_small_pages),
+        cmocka_unit_test(test_profiles_small_pages_capped),
     };
     return cmocka_run_group_tests_name("profiles", tests, setup, teardown);
 }
