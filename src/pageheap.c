@@ -342,12 +342,7 @@ static void unadvise_chunks(uintptr_t start, uintptr_t end)
         }
 }
 
-/* Under ph_lock: large span `s`, being freed, held a sample whose pages
- * were kept small (prof.c).  Where its chunk still asks for huge pages,
- * they ask again: the free span would otherwise never get huge pages back,
- * and its mapping would stay split in three.  (Where the kernel gives huge
- * pages to all memory and no chunk asked, no advice restores the default:
- * those pages stay small.) */
+/* Spans marked for small pages, counted against a cap (pageheap.h). */
 SA_TEST_MUTABLE size_t pageheap_small_pages_max = PAGEHEAP_SMALL_PAGES_MAX;
 static size_t small_pages_spans; /* marked spans; atomic */
 
@@ -364,6 +359,12 @@ bool pageheap_small_pages_mark(struct span *s)
 
 size_t pageheap_small_pages_spans(void) { return __atomic_load_n(&small_pages_spans, __ATOMIC_RELAXED); }
 
+/* Under ph_lock: large span `s`, being freed, held a sample whose pages
+ * were kept small (prof.c).  Where its chunk still asks for huge pages,
+ * they ask again: the free span would otherwise never get huge pages back,
+ * and its mapping would stay split in three.  (Where the kernel gives huge
+ * pages to all memory and no chunk asked, no advice restores the default:
+ * those pages stay small.) */
 static void readvise_sampled(struct span *s)
 {
     s->small_pages = 0;

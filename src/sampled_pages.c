@@ -213,8 +213,8 @@ static uintptr_t region_get(size_t len, size_t align, bool *zeroed)
     return p;
 }
 
-/* The region holding [start, start + len), or NULL (a mapping of its own).
- * Lock-free: regions are only prepended, with release, never removed. */
+/* The region holding `start`, or NULL (a mapping of its own).  Lock-free:
+ * regions are only prepended, with release, and never removed. */
 static struct region *region_of(uintptr_t start)
 {
     for (struct region *r = __atomic_load_n(&regions, __ATOMIC_ACQUIRE); r; r = r->next)
