@@ -104,8 +104,8 @@ struct ctl_row {
  *   allocated = small.allocated + large.allocated
  *   active    = small spans + large spans + sampled mappings (whole pages)
  *   metadata  = meta_mapped_bytes() + the pagemap leaves' resident pages
- *               (mincore: a leaf maps 2.5 MiB, of which the heap touches
- *               little) + the peak snapshot's buffer
+ *               (/proc/self/pagemap: a leaf maps 2.5 MiB, of which the
+ *               heap touches little) + the peak snapshot's buffer
  *   resident  = active + free dirty pages + metadata + freed sampled
  *               mappings kept unpurged (an upper bound)
  *   mapped    = active + metadata: the extents in use; free pages, dirty or

@@ -93,21 +93,6 @@ bool os_thp_always(void)
     return always;
 }
 
-size_t os_resident_bytes(const void *addr, size_t len)
-{
-    size_t page = os_page_size(), pages = (len + page - 1) / page, resident = 0;
-    unsigned char vec[512]; /* one byte a page, a chunk at a time */
-    for (size_t done = 0; done < pages;) {
-        size_t n = pages - done < sizeof(vec) ? pages - done : sizeof(vec);
-        if (mincore((char *)addr + done * page, n * page, vec))
-            return 0;
-        for (size_t i = 0; i < n; i++)
-            resident += vec[i] & 1;
-        done += n;
-    }
-    return resident * page;
-}
-
 size_t os_page_size(void)
 {
     static size_t page;

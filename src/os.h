@@ -63,11 +63,6 @@ void os_hugepage(void *addr, size_t len);
  * False if the file cannot be read. */
 bool os_thp_always(void);
 
-/* How many bytes of [addr, addr + len) (addr OS-page aligned) are resident
- * now, by mincore(): whole OS pages.  0 if the kernel refuses.  A statistic
- * for salloc's own metadata mappings; never allocates. */
-size_t os_resident_bytes(const void *addr, size_t len);
-
 /* The kernel's page size (4 KiB on x86-64), read once. */
 size_t os_page_size(void);
 

@@ -5,6 +5,7 @@
 #include "pagemap.h"
 
 #include "os.h"
+#include "residency.h"
 
 SA_BSS_APART struct pm_leaf *pm_root[PM_ROOT_LEN];
 SA_BSS_APART struct pm_classes pm_classes;
@@ -50,13 +51,18 @@ bool pagemap_ensure(uintptr_t page, size_t npages)
 
 size_t pagemap_resident_bytes(void)
 {
+    struct residency_reader r;
+    if (!residency_open(&r))
+        return 0;
     size_t bytes = 0, hi = __atomic_load_n(&leaf_hi, __ATOMIC_RELAXED);
     size_t len = sa_align_up(sizeof(struct pm_leaf), os_page_size());
     for (size_t i = __atomic_load_n(&leaf_lo, __ATOMIC_RELAXED); i <= hi && i < PM_ROOT_LEN; i++) {
         struct pm_leaf *leaf = __atomic_load_n(&pm_root[i], __ATOMIC_ACQUIRE);
-        if (leaf)
-            bytes += os_resident_bytes(leaf, len);
+        size_t present, swapped;
+        if (leaf && residency_query(&r, (uintptr_t)leaf, len, &present, &swapped))
+            bytes += present;
     }
+    residency_close(&r);
     return bytes;
 }
 

@@ -169,10 +169,11 @@ void pagemap_set_class_range(uintptr_t page, size_t npages, unsigned cls);
  * central lock is held instead (the span is its). */
 void pagemap_set_owner_range(uintptr_t page, size_t npages, unsigned owner);
 
-/* The resident bytes of all leaves (mincore): a leaf is 2.5 MiB of address
- * space, of which only the pages for the heap's pages ever touched cost
- * memory.  Lock-free; scans the root between the lowest and highest leaf
- * (a few entries for a heap in one part of the address space).  For
+/* The resident bytes of all leaves, from /proc/self/pagemap (residency.h;
+ * 0 if it cannot be read): a leaf is 2.5 MiB of address space, of which
+ * only the pages for the heap's pages ever touched cost memory.
+ * Lock-free; scans the root between the lowest and highest leaf (a few
+ * entries for a heap in one part of the address space).  For
  * stats.metadata. */
 size_t pagemap_resident_bytes(void);
 
