@@ -170,6 +170,37 @@ static void test_oom_every_function_fails_cleanly_and_recovers(void **state)
     check_heap();
 }
 
+/* ---- sampled pages already there ---- */
+
+/* Takes every mapping the sampled-page cache keeps and every free run of
+ * the regions, longest first, with mmap refused, so that the next small
+ * sample needs a new region: an mmap.  A region made before main() (a
+ * sample among the runtime's first allocations, before main sets
+ * sampled_pages_region_pages) holds 2048 pages: with its runs free, the
+ * random test's samples never called mmap and none could be refused. */
+#define TAKEN_MAX 8192
+
+static struct span *taken[TAKEN_MAX];
+static size_t ntaken;
+
+static void take_sampled_pages(void)
+{
+    refuse_mmap(1);
+    bool zeroed;
+    for (size_t pages = SAMPLED_CACHE_MAX_PAGES; pages >= 1; pages--)
+        while ((taken[ntaken] = sampled_pages_get(pages << SA_PAGE_SHIFT, 16, &zeroed)))
+            if (++ntaken == TAKEN_MAX)
+                fail_msg("more than %u sampled mappings kept", TAKEN_MAX);
+    assert_int_equal(sampled_pages_retained(), 0);
+    allow_mmap();
+}
+
+static void give_back_sampled_pages(void)
+{
+    while (ntaken)
+        sampled_pages_put(taken[--ntaken]);
+}
+
 /* ---- refused at random points ---- */
 
 #define SLOTS 4096
@@ -199,6 +230,7 @@ static void test_oom_random_refusals_under_sampling(void **state)
     uint64_t rng = 0x243f6a8885a308d3ull, nulls = 0, freed = 0;
     uint64_t d0 = read_u64("thread.deallocated");
     uint64_t failed0 = read_u64("prof.samples_failed");
+    take_sampled_pages();
     refuse_mmap(3);
     for (int step = 0; step < 60000; step++) {
         size_t i = rng_next(&rng) % SLOTS;
@@ -230,6 +262,7 @@ static void test_oom_random_refusals_under_sampling(void **state)
         }
     }
     allow_mmap();
+    give_back_sampled_pages();
     uint64_t failed = read_u64("prof.samples_failed") - failed0;
     fprintf(stderr, "# random refusals: %u of %u mmap calls refused, %llu NULLs, %llu samples lost\n",
             mmap_refused, mmap_calls, (unsigned long long)nulls, (unsigned long long)failed);
@@ -263,17 +296,9 @@ static void test_oom_lost_samples_are_counted_and_served(void **state)
         free(warm[i]);
     prof_lg_sample_set(0); /* every allocation due */
     size_t live0 = prof_sample_count();
+    /* Earlier tests left kept mappings of every length and free runs. */
+    take_sampled_pages();
     refuse_mmap(1);
-    /* Empty the cache of kept mappings (earlier tests left some of every
-     * length) and the regions' free runs, so that a small sample needs a
-     * new region. */
-    static struct span *taken[(SAMPLED_CACHE_MAX_PAGES + 1) * 64];
-    size_t ntaken = 0;
-    bool zeroed;
-    for (size_t pages = 1; pages <= SAMPLED_CACHE_MAX_PAGES; pages++)
-        while (ntaken < sizeof(taken) / sizeof(taken[0]) &&
-               (taken[ntaken] = sampled_pages_get(pages << SA_PAGE_SHIFT, 16, &zeroed)))
-            ntaken++;
     uint64_t failed0 = read_u64("prof.samples_failed");
     void *p[100];
     for (int i = 0; i < 100; i++) {
@@ -282,8 +307,7 @@ static void test_oom_lost_samples_are_counted_and_served(void **state)
         assert_non_null(p[i]); /* served from the heap, unsampled */
     }
     allow_mmap();
-    for (size_t i = 0; i < ntaken; i++)
-        sampled_pages_put(taken[i]);
+    give_back_sampled_pages();
     /* Every one was due: each is a sample, or counted lost and served as
      * an ordinary block (the small ones: no mapping to be had; the large
      * ones are heap spans and need no mmap). */
