@@ -38,6 +38,47 @@ static inline void page_runs_set(uint64_t *map, size_t at, size_t n, bool value)
     }
 }
 
+/* How many bits of [at, at + n) are 1. */
+static inline size_t page_runs_count(const uint64_t *map, size_t at, size_t n)
+{
+    size_t set = 0;
+    for (size_t m; n; at += m, n -= m)
+        set += (size_t)__builtin_popcountll(map[at / 64] & page_runs_mask(at, n, &m));
+    return set;
+}
+
+/* The first run of 1s at or after bit `from` of the `len`-bit map: its
+ * start (`len` if there is none) and, in *n, its length. */
+static inline size_t page_runs_next(const uint64_t *map, size_t len, size_t from, size_t *n)
+{
+    size_t at = from;
+    while (at < len) {
+        uint64_t w = map[at / 64] >> (at % 64);
+        if (w) {
+            at += (size_t)__builtin_ctzll(w);
+            break;
+        }
+        at = (at / 64 + 1) * 64;
+    }
+    if (at >= len) {
+        *n = 0;
+        return len;
+    }
+    size_t end = at;
+    while (end < len) {
+        uint64_t w = ~map[end / 64] >> (end % 64); /* 1s where the map has 0s */
+        if (w) {
+            end += (size_t)__builtin_ctzll(w);
+            break;
+        }
+        end = (end / 64 + 1) * 64;
+    }
+    if (end > len)
+        end = len;
+    *n = end - at;
+    return at;
+}
+
 /* The lowest multiple of `align` (a power of two) at which `n` bits of
  * the `len`-bit map (a multiple of 64) are all 1; `len` if there is none.
  * Words with no 1 from the position on are skipped whole. */

@@ -17,25 +17,25 @@
  * instruction.  Hot mappings are always dirty (a put that purges keeps its
  * mapping under the lock, clean).
  *
- * Kept mappings are dirty (as freed) or clean (purged).  At most
- * DIRTY_SLOTS of a length are dirty, hot slot included; a put beyond that
- * purges its mapping and keeps it clean rather than unmapping it.  Unmapping
- * in a threaded process takes the mmap lock for writing and shoots down
- * every CPU's TLB, and the next sample's fresh mapping costs an mmap, a
- * madvise and one or two munmaps (os_map's trimming) more: where samples
- * come and go in bursts (larson/threads=4: about 12 live at the end of each
- * round, all freed at once), the old bound of 16 kept per length unmapped
- * and remapped about 8% of all samples' mappings, and sampling cost the
- * benchmark 20-30% where it costs a single thread under 1%.  With 64 kept
- * and 32 dirty, it costs none (larson/threads=4, 9 shuffled rounds: 42.4
- * ns against 44.2 with prof:false and 54.8 before; peak RSS within the
- * rounds' noise).  A clean mapping costs no memory but its address range
- * and span record; a sample takes a dirty one first.
+ * Kept mappings are dirty (as freed) or clean (purged by a decay pass, or
+ * under a decay time of 0).  At most DIRTY_SLOTS of a length are dirty, hot
+ * slot included; a put beyond that gives its run back to its region,
+ * dirty.  (Before regions, unmapping there cost a threaded process the mmap
+ * lock for writing and a TLB shootdown, and the next sample an mmap: where
+ * samples come and go in bursts, as in larson/threads=4, the old bound of
+ * 16 kept per length cost the benchmark 20-30%.)  A sample takes a dirty
+ * mapping first.
  *
  * Decay: at most every eighth of the decay time (and at most once a second,
  * as the page heap does), a put looks for kept mappings idle longer than
- * the decay time, hot or not, and purges them.  A mapping being purged is
- * out of the cache, so no sample can get it half purged.
+ * the decay time, hot or not, and purges them, then for regions with
+ * pages dirty that long and purges their dirty runs, one madvise a run of
+ * neighbours.  A mapping or run being purged is out of the cache or its
+ * region, so no sample can get it half purged.  Purging each run as it was
+ * freed cost one madvise a freed sample past the cache: node's worker
+ * threads freeing samples in bursts at lg_prof_sample:10 made 48,901
+ * madvise calls, each waiting on the mmap lock the other threads' page
+ * faults held.
  *
  * Regions: a sample's pages are not an mmap of their own but a run carved
  * out of a region, one 16 MiB NOHUGEPAGE mapping shared by many samples.
@@ -45,7 +45,8 @@
  * the heap's next mmap failed, and malloc returned NULL with gigabytes
  * free; at the default rate a heap of about 30 GiB of small objects would
  * do the same.  A run the cache does not keep goes back to its region,
- * purged (MADV_DONTNEED splits no mapping), for any later sample's length.
+ * dirty (purged later with MADV_DONTNEED, which splits no mapping), for any
+ * later sample's length; a sample carves a dirty run if a region has one.
  * Regions are kept once made, as the heap retains its address space
  * (opt.retain): their free pages cost no memory.  Runs longer than a small
  * sample's (tests) or aligned beyond a region's alignment get mappings of
@@ -139,33 +140,74 @@ struct region {
     uintptr_t start;
     size_t npages; /* sampled_pages_region_pages when it was made */
     size_t free_pages;
+    size_t dirty_pages;    /* of the free ones, those not purged */
+    uint64_t dirty_since;  /* os_now_ns() when dirty_pages last rose from 0 */
     uint64_t free[REGION_PAGES / 64];  /* 1: free */
-    uint64_t dirty[REGION_PAGES / 64]; /* free, but its purge was refused */
+    uint64_t dirty[REGION_PAGES / 64]; /* 1: free, not purged (a subset of free) */
 };
 
 static struct region *regions; /* under lock; only ever prepended to */
-static size_t region_free_bytes; /* under lock; atomic reads */
+static size_t region_free_bytes, region_dirty_bytes; /* under lock; atomic reads */
+
+/* Under lock: `pages` free pages of r became dirty (sign 1) or stopped
+ * being dirty (-1). */
+static void region_dirty_count(struct region *r, size_t pages, long sign, uint64_t now)
+{
+    if (!pages)
+        return;
+    if (sign > 0 && !r->dirty_pages)
+        r->dirty_since = now;
+    r->dirty_pages += sign > 0 ? pages : -pages;
+    size_t bytes = pages << SA_PAGE_SHIFT;
+    __atomic_store_n(&region_dirty_bytes, region_dirty_bytes + (sign > 0 ? bytes : -bytes),
+                     __ATOMIC_RELAXED);
+}
 
 static bool in_regions(size_t pages, size_t align)
 {
     return pages >= 1 && pages <= REGION_MAX_RUN && align <= REGION_ALIGN;
 }
 
+/* Under lock: takes [at, at + pages) of r, free, out of its free runs. */
+static void take_run_locked(struct region *r, size_t at, size_t pages)
+{
+    region_dirty_count(r, page_runs_count(r->dirty, at, pages), -1, 0);
+    page_runs_set(r->free, at, pages, false);
+    page_runs_set(r->dirty, at, pages, false);
+    r->free_pages -= pages;
+    __atomic_store_n(&region_free_bytes, region_free_bytes - len_of(pages), __ATOMIC_RELAXED);
+}
+
+/* Under lock: gives [at, at + pages) of r back to its free runs, dirty or
+ * purged. */
+static void give_run_locked(struct region *r, size_t at, size_t pages, bool is_dirty, uint64_t now)
+{
+    page_runs_set(r->free, at, pages, true);
+    page_runs_set(r->dirty, at, pages, is_dirty);
+    if (is_dirty)
+        region_dirty_count(r, pages, 1, now);
+    r->free_pages += pages;
+    __atomic_store_n(&region_free_bytes, region_free_bytes + len_of(pages), __ATOMIC_RELAXED);
+}
+
 /* Under lock: a run of `pages` at a multiple of `align_pages` out of the
- * first region that has one, or 0.  *zeroed: no page of it is dirty. */
+ * first region that has one, or 0: all dirty if a region has such a run
+ * (its pages are resident: no page faults), else any.  *zeroed: no page of
+ * it is dirty. */
 static uintptr_t carve_locked(size_t pages, size_t align_pages, bool *zeroed)
 {
     for (struct region *r = regions; r; r = r->next) {
         if (r->free_pages < pages)
             continue;
-        size_t at = page_runs_find(r->free, REGION_PAGES, pages, align_pages);
+        size_t at = REGION_PAGES;
+        if (r->dirty_pages >= pages) /* dirty is a subset of free */
+            at = page_runs_find(r->dirty, REGION_PAGES, pages, align_pages);
+        if (at == REGION_PAGES)
+            at = page_runs_find(r->free, REGION_PAGES, pages, align_pages);
         if (at == REGION_PAGES)
             continue;
-        page_runs_set(r->free, at, pages, false);
         *zeroed = page_runs_all(r->dirty, at, pages, false);
-        page_runs_set(r->dirty, at, pages, false);
-        r->free_pages -= pages;
-        __atomic_store_n(&region_free_bytes, region_free_bytes - len_of(pages), __ATOMIC_RELAXED);
+        take_run_locked(r, at, pages);
         return r->start + len_of(at);
     }
     return 0;
@@ -186,6 +228,7 @@ static struct region *region_new(void)
     os_nohugepage(p, len_of(npages));
     r->start = (uintptr_t)p;
     r->npages = r->free_pages = npages;
+    r->dirty_pages = 0;
     page_runs_set(r->free, 0, npages, true);
     return r;
 }
@@ -223,8 +266,10 @@ static struct region *region_of(uintptr_t start)
     return NULL;
 }
 
-/* Pages no sample uses any more: back to their region, purged, or
- * unmapped if they are a mapping of their own. */
+/* Pages no sample uses any more: back to their region, or unmapped if
+ * they are a mapping of their own.  Dirty while the heap decays (the decay
+ * passes purge a region's dirty runs together, one madvise a run of
+ * neighbours); purged at once under a decay time of 0. */
 static void release_pages(uintptr_t start, size_t pages)
 {
     size_t len = len_of(pages);
@@ -233,14 +278,56 @@ static void release_pages(uintptr_t start, size_t pages)
         os_unmap((void *)start, len);
         return;
     }
-    bool purged = os_purge((void *)start, len);
-    size_t at = (start - r->start) >> SA_PAGE_SHIFT;
+    bool purged = pageheap_decay_ms() == 0 && os_purge((void *)start, len);
+    uint64_t now = purged ? 0 : os_now_ns();
     sa_lock(&lock);
-    page_runs_set(r->free, at, pages, true);
-    page_runs_set(r->dirty, at, pages, !purged);
-    r->free_pages += pages;
-    __atomic_store_n(&region_free_bytes, region_free_bytes + len, __ATOMIC_RELAXED);
+    give_run_locked(r, (start - r->start) >> SA_PAGE_SHIFT, pages, !purged, now);
     sa_unlock(&lock);
+}
+
+/* Purges the regions' dirty runs of regions dirty since `idle_since` or
+ * before, a batch of runs at a time: each taken out of its region's free
+ * runs under the lock (no sample can get it half purged), purged outside
+ * it, and given back, purged or, if the kernel refused, dirty.  Bounded:
+ * a refused run comes back dirty.  Returns the bytes purged. */
+static size_t regions_purge(uint64_t idle_since)
+{
+    enum { BATCH = 64 };
+    struct {
+        struct region *r;
+        size_t at, pages;
+    } runs[BATCH];
+    size_t purged = 0;
+    for (unsigned round = 0; round < 64; round++) {
+        size_t n = 0;
+        sa_lock(&lock);
+        for (struct region *r = regions; r && n < BATCH; r = r->next) {
+            if (!r->dirty_pages || r->dirty_since > idle_since)
+                continue;
+            size_t at = 0, pages;
+            while (n < BATCH && (at = page_runs_next(r->dirty, REGION_PAGES, at, &pages)) <
+                                    REGION_PAGES) {
+                take_run_locked(r, at, pages);
+                runs[n].r = r, runs[n].at = at, runs[n].pages = pages, n++;
+                at += pages;
+            }
+        }
+        sa_unlock(&lock);
+        if (!n)
+            break;
+        uint64_t now = os_now_ns();
+        for (size_t i = 0; i < n; i++) {
+            size_t len = len_of(runs[i].pages);
+            bool ok = os_purge((void *)(runs[i].r->start + len_of(runs[i].at)), len);
+            purged += ok ? len : 0;
+            sa_lock(&lock);
+            give_run_locked(runs[i].r, runs[i].at, runs[i].pages, !ok, now);
+            sa_unlock(&lock);
+        }
+        if (n < BATCH)
+            break;
+    }
+    return purged;
 }
 
 /* Unregisters a mapping the cache does not keep and releases its pages. */
@@ -328,16 +415,20 @@ void sampled_pages_decay(uint64_t now)
     uint64_t next = __atomic_load_n(&next_decay_check, __ATOMIC_RELAXED);
     if (now < next && next - now <= step)
         return;
+    bool due = false;
     sa_lock(&lock);
     /* A check scheduled further out than one step was scheduled under a
      * longer decay time (dirty_decay_ms changed): do it now. */
     if (now >= next_decay_check || next_decay_check - now > step) {
         __atomic_store_n(&next_decay_check, now + step, __ATOMIC_RELAXED);
-        if (now > decay_ns)
+        due = now > decay_ns;
+        if (due)
             n = take_dirty_locked(now - decay_ns, spans, SLOTS);
     }
     sa_unlock(&lock);
     purge_and_keep(spans, n);
+    if (due)
+        regions_purge(now - decay_ns);
 }
 
 struct span *sampled_pages_get(size_t len, size_t align, bool *zeroed)
@@ -409,14 +500,16 @@ void sampled_pages_put(struct span *s)
         __atomic_store_n(&hot_freed_at[pages], now, __ATOMIC_RELAXED);
         kept = kept_dirty = true;
     } else if (pages < NLENGTHS) {
-        /* Dirty if the heap decays and there is dirty room; else purged
-         * (not under the lock) and kept clean if there is room at all. */
+        /* Dirty if the heap decays and there is dirty room, else back to
+         * its region, dirty (purged with its neighbours by a decay pass).
+         * Under a decay time of 0: purged (not under the lock) and kept
+         * clean if there is room. */
         bool room;
         sa_lock(&lock);
         kept = kept_dirty = decays && keep_locked(s, true, now);
-        room = has_room_locked(pages);
+        room = !decays && has_room_locked(pages);
         sa_unlock(&lock);
-        if (!kept && room) {
+        if (room) {
             bool purged = os_purge((void *)s->start, pages << SA_PAGE_SHIFT);
             sa_lock(&lock);
             kept = keep_locked(s, !purged, now);
@@ -449,12 +542,24 @@ size_t sampled_pages_purge(void)
         if (n < SLOTS)
             break;
     }
-    return purged;
+    /* After the cache: a mapping it could not keep clean went back to its
+     * region, dirty. */
+    return purged + regions_purge(UINT64_MAX);
 }
 
 size_t sampled_pages_cached(void) { return __atomic_load_n(&cached, __ATOMIC_RELAXED) + hot_bytes(); }
-size_t sampled_pages_retained(void) { return __atomic_load_n(&region_free_bytes, __ATOMIC_RELAXED); }
-size_t sampled_pages_dirty(void) { return __atomic_load_n(&dirty, __ATOMIC_RELAXED) + hot_bytes(); }
+size_t sampled_pages_retained(void)
+{
+    size_t free_bytes = __atomic_load_n(&region_free_bytes, __ATOMIC_RELAXED);
+    size_t dirty_bytes = __atomic_load_n(&region_dirty_bytes, __ATOMIC_RELAXED);
+    return free_bytes > dirty_bytes ? free_bytes - dirty_bytes : 0; /* read apart */
+}
+
+size_t sampled_pages_dirty(void)
+{
+    return __atomic_load_n(&dirty, __ATOMIC_RELAXED) + hot_bytes() +
+           __atomic_load_n(&region_dirty_bytes, __ATOMIC_RELAXED);
+}
 
 void sampled_pages_prefork(void) { sa_lock(&lock); }
 void sampled_pages_postfork_parent(void) { sa_unlock(&lock); }

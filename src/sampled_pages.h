@@ -16,11 +16,10 @@
  * allocation made on reused memory.  Kept mappings follow the heap's decay
  * policy (dirty_decay_ms): purged with MADV_DONTNEED once they have been
  * idle that long (0: at once; -1: only on sampled_pages_purge, which
- * malloc_trim calls).  The cache is bounded in dirty entries per length:
- * beyond that a freed mapping is purged and kept clean (no munmap, whose
- * TLB shootdown and mmap lock cost a threaded program far more); and in
- * entries per length and bytes overall: beyond that a run goes back to its
- * region, purged.
+ * malloc_trim calls).  The cache is bounded in dirty entries per length,
+ * in entries per length and in bytes overall: beyond that a run goes back
+ * to its region, dirty, and the regions' dirty runs follow the same decay
+ * policy, purged a run of neighbours at a time.
  *
  * Each mapping is registered with the page heap (pageheap.h) when it is
  * made and keeps that record, parked between samples, until it goes back
@@ -66,19 +65,21 @@ extern void (*sampled_pages_test_before_keep)(void);
  * sample shard's spare, prof.c), purged; returns the bytes purged. */
 size_t sampled_pages_put_purged(struct span *s);
 
-/* Purges the kept mappings idle for a decay time, if a decay step has
- * passed since the last such pass; `now` is os_now_ns().  Each put runs it
- * unless the background thread does (background.h). */
+/* Purges the kept mappings idle for a decay time, and the dirty runs of
+ * regions dirty that long, if a decay step has passed since the last such
+ * pass; `now` is os_now_ns().  Each put runs it unless the background
+ * thread does (background.h). */
 void sampled_pages_decay(uint64_t now);
 
-/* Purges every kept mapping now (malloc_trim); returns the bytes purged. */
+/* Purges every kept mapping and dirty region run now (malloc_trim);
+ * returns the bytes purged. */
 size_t sampled_pages_purge(void);
 
-/* Bytes of kept mappings: all of them, and those not purged (statistics:
- * the latter may be resident). */
+/* Bytes of kept mappings: all of them; and those not purged, with the
+ * regions' dirty runs (statistics: they may be resident). */
 size_t sampled_pages_cached(void);
 size_t sampled_pages_dirty(void);
-/* Bytes of the regions' free runs: mapped, purged (stats.retained). */
+/* Bytes of the regions' purged free runs: mapped (stats.retained). */
 size_t sampled_pages_retained(void);
 
 void sampled_pages_prefork(void);

@@ -86,11 +86,67 @@ static void test_page_runs_set_crosses_words(void **state)
     assert_int_equal(page_runs_find(full, BITS, 1, 256), 0);
 }
 
+/* Mostly set or mostly clear, in stretches, with a few holes and islands
+ * in three maps of four (the fourth keeps runs longer than a word). */
+static void random_map(uint64_t *map)
+{
+    unsigned density = (unsigned)(next() % 8);
+    bool holes = next() % 4 != 0;
+    for (size_t w = 0; w < BITS / 64; w++) {
+        map[w] = 0;
+        for (unsigned b = 0; b < 64; b += 8)
+            if (next() % 8 >= density)
+                map[w] |= (uint64_t)0xff << b;
+        if (holes)
+            map[w] ^= next() & next() & next();
+    }
+}
+
+static void test_page_runs_count_and_next_match_reference(void **state)
+{
+    (void)state;
+    uint64_t map[BITS / 64];
+    size_t runs_seen = 0, longest = 0;
+    for (int round = 0; round < 5000; round++) {
+        random_map(map);
+        size_t at = next() % BITS, n = next() % (BITS - at + 1), want = 0;
+        for (size_t i = at; i < at + n; i++)
+            want += bit(map, i);
+        assert_int_equal(page_runs_count(map, at, n), want);
+        /* The runs, walked from 0: each maximal, none missed. */
+        size_t from = 0, len;
+        for (;;) {
+            size_t start = from;
+            while (start < BITS && !bit(map, start))
+                start++;
+            size_t end = start;
+            while (end < BITS && bit(map, end))
+                end++;
+            size_t got = page_runs_next(map, BITS, from, &len);
+            assert_int_equal(got, start);
+            assert_int_equal(len, end - start);
+            if (got == BITS)
+                break;
+            runs_seen++;
+            longest = len > longest ? len : longest;
+            from = got + len;
+        }
+    }
+    assert_true(runs_seen > 10000 && longest >= 128); /* runs short and long, across words */
+    uint64_t full[BITS / 64];
+    memset(full, 0xff, sizeof(full));
+    size_t len;
+    assert_int_equal(page_runs_next(full, BITS, 3, &len), 3);
+    assert_int_equal(len, BITS - 3);
+    assert_int_equal(page_runs_count(full, 0, BITS), BITS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_page_runs_find_matches_reference),
         cmocka_unit_test(test_page_runs_set_crosses_words),
+        cmocka_unit_test(test_page_runs_count_and_next_match_reference),
     };
     return cmocka_run_group_tests_name("page runs", tests, NULL, NULL);
 }

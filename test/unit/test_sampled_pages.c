@@ -10,16 +10,18 @@
  *     dirty count goes to zero;
  *   - a kept mapping idle longer than the decay time is purged by a later
  *     put;
- *   - beyond 32 dirty mappings of one length, a freed one is purged and
- *     kept clean, not unmapped: it comes back, reading as zero, after the
- *     dirty ones;
+ *   - beyond 32 dirty mappings of one length, a freed one goes back to
+ *     its region, dirty: a later sample carves the same pages, contents
+ *     kept, with nothing purged or mapped anew; a decay pass purges the
+ *     runs of a region dirty longer than the decay time, and
+ *     sampled_pages_purge() all of them;
  *   - the cache is bounded: per length, in bytes, and in mapping length;
  *   - threads that get and put one length at once (its hot slot, taken
  *     without the lock) never hold the same mapping together;
  *   - thousands of live samples' pages share a few regions, not a kernel
  *     mapping each (vm.max_map_count); runs the cache does not keep go
- *     back to their region, purged, and later samples of any length reuse
- *     them; an aligned run is aligned.
+ *     back to their region, and later samples of any length reuse them,
+ *     dirty ones first; an aligned run is aligned.
  */
 #include <pthread.h>
 #include <sys/mman.h>
@@ -163,9 +165,10 @@ static void test_sampled_pages_cache_is_bounded(void **state)
         p[i] = sampled_pages_get(LEN, 16, &zeroed);
     for (int i = 0; i < N; i++)
         sampled_pages_put(p[i]);
-    /* At most 64 mappings of one length are kept, 32 of them dirty. */
-    assert_true(sampled_pages_cached() - before <= 64 * LEN);
-    assert_true(sampled_pages_dirty() <= 32 * LEN);
+    /* At most 32 dirty mappings of one length are kept: the other 8 went
+     * back to their region, still dirty. */
+    assert_true(sampled_pages_cached() - before <= 32 * LEN);
+    assert_int_equal(sampled_pages_dirty(), N * LEN);
     for (int i = 0; i < 3 * N; i++)
         p[i % N] = sampled_pages_get(LEN, 16, &zeroed);
     for (int i = 0; i < N; i++)
@@ -188,48 +191,84 @@ static void test_sampled_pages_cache_is_bounded(void **state)
     assert_true(sampled_pages_cached() <= (size_t)8 << 20);
 }
 
-/* 40 mappings of one length freed at once, then taken again: the first 32
- * come back dirty (contents kept), the rest purged but the same mappings
- * (none was unmapped), reading as zero with no page resident. */
-static void test_sampled_pages_beyond_dirty_bound_kept_clean(void **state)
+/* 40 mappings of one length freed at once, then taken again: the cache
+ * keeps 32, dirty; the other 8 go back to their region, dirty, and the
+ * next samples carve the same pages, contents kept (no page purged, none
+ * mapped anew).  sampled_pages_purge() then purges both. */
+static void test_sampled_pages_beyond_dirty_bound_back_to_region_dirty(void **state)
 {
     (void)state;
     pageheap_set_decay_ms(10000);
     sampled_pages_purge();
     enum { N = 40, DIRTY = 32 };
     struct span *p[N], *q[N];
+    uintptr_t at[N];
     bool zeroed;
     for (int i = 0; i < N; i++) {
         p[i] = sampled_pages_get(LEN, 16, &zeroed);
         assert_non_null(p[i]);
+        at[i] = p[i]->start;
         mem_of(p[i])[0] = 'x';
     }
-    size_t before = sampled_pages_cached();
+    size_t cached = sampled_pages_cached(), retained = sampled_pages_retained();
     for (int i = 0; i < N; i++)
         sampled_pages_put(p[i]);
-    assert_int_equal(sampled_pages_cached() - before, N * LEN); /* all kept */
-    assert_int_equal(sampled_pages_dirty(), DIRTY * LEN);
-    int dirty = 0;
+    assert_int_equal(sampled_pages_cached() - cached, DIRTY * LEN);
+    assert_int_equal(sampled_pages_dirty(), N * LEN);
+    assert_int_equal(sampled_pages_retained(), retained); /* none purged */
+    size_t mappings = unit_mapping_count();
     for (int i = 0; i < N; i++) {
         q[i] = sampled_pages_get(LEN, 16, &zeroed);
         bool known = false;
         for (int j = 0; j < N; j++)
-            known |= q[i] == p[j];
-        assert_true(known);
-        if (!zeroed) {
-            assert_true(i < DIRTY); /* dirty ones first */
-            assert_int_equal(mem_of(q[i])[0], 'x');
-            dirty++;
-        } else {
-            assert_int_equal(resident_pages(mem_of(q[i]), LEN), 0);
-            assert_int_equal(mem_of(q[i])[0], 0);
-        }
+            known |= q[i]->start == at[j];
+        assert_true(known); /* the same pages, cache or region */
+        assert_false(zeroed);
+        assert_int_equal(mem_of(q[i])[0], 'x');
     }
-    assert_int_equal(dirty, DIRTY);
+    assert_int_equal(unit_mapping_count(), mappings);
+    assert_int_equal(sampled_pages_dirty(), 0);
     for (int i = 0; i < N; i++)
         sampled_pages_put(q[i]);
-    sampled_pages_purge();
+    assert_true(sampled_pages_purge() >= N * LEN);
     assert_int_equal(sampled_pages_dirty(), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(resident_pages((void *)at[i], LEN), 0);
+}
+
+/* A region's runs dirty longer than the decay time are purged by a later
+ * put's decay pass, whole runs of neighbours at a time. */
+static void test_sampled_pages_region_runs_decay(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    sampled_pages_purge();
+    enum { N = 100 };
+    struct span *p[N];
+    uintptr_t at[N];
+    bool zeroed;
+    /* Taken first: taken later, it would be carved from the dirty runs. */
+    struct span *other = sampled_pages_get(2 * SA_PAGE_SIZE, 16, &zeroed);
+    for (int i = 0; i < N; i++) {
+        assert_non_null(p[i] = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed));
+        at[i] = p[i]->start;
+        memset(mem_of(p[i]), 7, SA_PAGE_SIZE);
+    }
+    pageheap_set_decay_ms(40);
+    for (int i = 0; i < N; i++)
+        sampled_pages_put(p[i]);
+    size_t resident = 0;
+    for (int i = 0; i < N; i++)
+        resident += resident_pages((void *)at[i], SA_PAGE_SIZE);
+    assert_int_equal(resident, N * (SA_PAGE_SIZE / os_page_size())); /* not purged yet */
+    assert_true(sampled_pages_dirty() >= N * SA_PAGE_SIZE);
+    struct timespec nap = {0, 150 * 1000000L};
+    nanosleep(&nap, NULL);
+    sampled_pages_put(other); /* any later put decays */
+    assert_int_equal(sampled_pages_dirty(), 2 * SA_PAGE_SIZE);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(resident_pages((void *)at[i], SA_PAGE_SIZE), 0);
+    sampled_pages_purge();
 }
 
 /* Each round: a mapping of LEN, filled with this thread's mark, checked
@@ -297,8 +336,9 @@ static void test_sampled_pages_share_regions(void **state)
         sampled_pages_put(many[i]);
 }
 
-/* Runs beyond the cache's bounds go back to their region, purged: taking
- * as many again maps nothing new, and a run said to be zero is. */
+/* Runs beyond the cache's bounds go back to their region, dirty: taking
+ * as many again maps nothing new and gets dirty runs first; once purged, a
+ * run said to be zero is. */
 static void test_sampled_pages_runs_return_to_their_region(void **state)
 {
     (void)state;
@@ -308,12 +348,24 @@ static void test_sampled_pages_runs_return_to_their_region(void **state)
         assert_non_null(many[i] = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed));
         memset(mem_of(many[i]), 0x5a, SA_PAGE_SIZE);
     }
-    size_t retained = sampled_pages_retained();
+    size_t retained = sampled_pages_retained(), dirty = sampled_pages_dirty();
     for (int i = 0; i < MANY; i++)
         sampled_pages_put(many[i]);
-    /* All but the 64 the cache keeps of this length: stats.retained. */
+    /* All dirty, in the cache or back in their regions: none purged. */
+    assert_int_equal(sampled_pages_dirty() - dirty, MANY * SA_PAGE_SIZE);
+    assert_int_equal(sampled_pages_retained(), retained);
+    size_t before = unit_mapping_count();
+    for (int i = 0; i < MANY / 2; i++) {
+        assert_non_null(many[i] = sampled_pages_get(SA_PAGE_SIZE, 16, &zeroed));
+        assert_false(zeroed); /* a dirty run while there is one */
+        assert_int_equal(mem_of(many[i])[SA_PAGE_SIZE - 1], 0x5a);
+    }
+    for (int i = 0; i < MANY / 2; i++)
+        sampled_pages_put(many[i]);
+    /* Purged: the regions' free runs, stats.retained. */
+    sampled_pages_purge();
     assert_true(sampled_pages_retained() >= retained + (MANY - 64) * SA_PAGE_SIZE);
-    size_t before = unit_mapping_count(), zero_runs = 0;
+    size_t zero_runs = 0;
     for (int i = 0; i < MANY; i++) {
         size_t pages = 1 + (size_t)i % 3; /* other lengths reuse them too */
         assert_non_null(many[i] = sampled_pages_get(pages * SA_PAGE_SIZE, 16, &zeroed));
@@ -377,7 +429,8 @@ int main(void)
         cmocka_unit_test(test_sampled_pages_decay_zero_purges_at_once),
         cmocka_unit_test(test_sampled_pages_purge_empties_the_dirty_cache),
         cmocka_unit_test(test_sampled_pages_idle_mappings_decay),
-        cmocka_unit_test(test_sampled_pages_beyond_dirty_bound_kept_clean),
+        cmocka_unit_test(test_sampled_pages_beyond_dirty_bound_back_to_region_dirty),
+        cmocka_unit_test(test_sampled_pages_region_runs_decay),
         cmocka_unit_test(test_sampled_pages_cache_is_bounded),
         cmocka_unit_test(test_sampled_pages_one_owner_at_a_time),
         cmocka_unit_test(test_sampled_pages_share_regions),
