@@ -1011,8 +1011,10 @@ static void forget_unused_rbp(struct unwind_memo *rec, const struct walk_state *
     unsigned i = w->rbp_read;
     if (w->rbp_used || i >= rec->nreads)
         return;
-    memmove(&rec->reads[i], &rec->reads[i + 1], (rec->nreads - i - 1) * sizeof(rec->reads[0]));
-    rec->nreads--;
+    /* Usually one word after it (the return address): a loop, not a
+     * memmove call made at every frame. */
+    for (rec->nreads--; i < rec->nreads; i++)
+        rec->reads[i] = rec->reads[i + 1];
 }
 
 /* The walk proper.  A frame step with rule r:
@@ -1034,6 +1036,10 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
     bool rbp_is_start = true; /* not yet read from a frame */
     *complete = false;
     while (n < max) {
+        /* A walk the memo cannot keep (keep()) needs no more notes: deep
+         * stacks would note, and forget, words at every frame to the end. */
+        if (rec && (w->unkept || n > UNWIND_MEMO_FRAMES))
+            rec = NULL;
         uintptr_t at = exact ? pc : pc - 1;
         uint32_t r = rule_for(w, at);
         exact = false;
