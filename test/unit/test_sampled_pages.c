@@ -381,6 +381,57 @@ static void test_sampled_pages_runs_return_to_their_region(void **state)
         sampled_pages_put(many[i]);
 }
 
+/* ---- a burst of sampled frees, through malloc and free ---- */
+
+/* volatile: gcc takes free() for a function that calls no code of the
+ * program's, and would read the count before the frees as after them. */
+static volatile unsigned madvise_calls;
+
+static int counting_madvise(void *addr, size_t len, int advice)
+{
+    madvise_calls++;
+    return madvise(addr, len, advice);
+}
+
+/* 2000 sampled blocks freed at once, past the shard's spares and the
+ * cache: their pages wait in their regions, dirty, and a purge gives them
+ * back a run of neighbours at a time.  Purged as each was freed, they cost
+ * one madvise each (node's worker threads at lg_prof_sample:10: 48,901). */
+static void test_sampled_pages_burst_of_frees_purges_in_runs(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    sampled_pages_purge();
+    size_t saved_lg = prof_lg_sample_get();
+    prof_lg_sample_set(0); /* every allocation sampled */
+    enum { BURST = 2000 };
+    static void *p[BURST];
+    size_t sampled = 0;
+    for (int i = 0; i < BURST; i++) {
+        assert_non_null(p[i] = malloc(100));
+        memset(p[i], 1, 100);
+        sampled += prof_is_sampled(p[i]);
+    }
+    prof_lg_sample_set(saved_lg);
+    assert_true(sampled >= BURST * 9 / 10);
+    madvise_calls = 0;
+    os_syscalls.madvise = counting_madvise;
+    for (int i = 0; i < BURST; i++)
+        free(p[i]);
+    unsigned at_free = madvise_calls;
+    size_t dirty = sampled_pages_dirty();
+    size_t purged = sampled_pages_purge();
+    unsigned at_purge = madvise_calls - at_free;
+    os_syscalls.madvise = madvise;
+    fprintf(stderr, "# %zu sampled blocks freed: %u madvise calls then, %u to purge %zu KiB\n",
+            sampled, at_free, at_purge, purged >> 10);
+    assert_true(dirty >= (sampled - 64) * SA_PAGE_SIZE); /* kept resident until the purge */
+    assert_true(purged >= (sampled - 64) * SA_PAGE_SIZE);
+    assert_true(at_free < 20);
+    assert_true(at_purge < BURST / 10);
+    assert_int_equal(sampled_pages_dirty(), 0);
+}
+
 /* The failure regions fixed, end to end: 70,000 live samples, more than
  * the kernel's default vm.max_map_count (65,530).  With a mapping each,
  * malloc returned NULL once the limit was reached. */
@@ -436,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_sampled_pages_share_regions),
         cmocka_unit_test(test_sampled_pages_runs_return_to_their_region),
         cmocka_unit_test(test_sampled_pages_aligned_runs),
+        cmocka_unit_test(test_sampled_pages_burst_of_frees_purges_in_runs),
         cmocka_unit_test(test_sampled_pages_more_live_samples_than_the_map_limit),
     };
     return cmocka_run_group_tests_name("sampled pages", tests, setup, teardown);
