@@ -32,21 +32,29 @@ static uint64_t next(void)
     return rng;
 }
 
+/* Mostly set or mostly clear, in stretches, with a few holes and islands
+ * in three maps of four (the fourth keeps runs longer than a word). */
+static void random_map(uint64_t *map)
+{
+    unsigned density = (unsigned)(next() % 8);
+    bool holes = next() % 4 != 0;
+    for (size_t w = 0; w < BITS / 64; w++) {
+        map[w] = 0;
+        for (unsigned b = 0; b < 64; b += 8)
+            if (next() % 8 >= density)
+                map[w] |= (uint64_t)0xff << b;
+        if (holes)
+            map[w] ^= next() & next() & next();
+    }
+}
+
 static void test_page_runs_find_matches_reference(void **state)
 {
     (void)state;
     uint64_t map[BITS / 64];
     int found = 0;
     for (int round = 0; round < 20000; round++) {
-        /* Mostly set or mostly clear, in stretches, so runs of every length occur. */
-        unsigned density = (unsigned)(next() % 8);
-        for (size_t w = 0; w < BITS / 64; w++) {
-            map[w] = 0;
-            for (unsigned b = 0; b < 64; b += 8)
-                if (next() % 8 >= density)
-                    map[w] |= (uint64_t)0xff << b;
-            map[w] ^= next() & next() & next(); /* a few holes and islands */
-        }
+        random_map(map); /* runs of every length */
         size_t n = 1 + next() % 40, align = (size_t)1 << (next() % 6);
         size_t want = reference_find(map, n, align);
         size_t got = page_runs_find(map, BITS, n, align);
@@ -84,22 +92,6 @@ static void test_page_runs_set_crosses_words(void **state)
     memset(full, 0xff, sizeof(full));
     assert_int_equal(page_runs_find(full, BITS, BITS, 1), 0);
     assert_int_equal(page_runs_find(full, BITS, 1, 256), 0);
-}
-
-/* Mostly set or mostly clear, in stretches, with a few holes and islands
- * in three maps of four (the fourth keeps runs longer than a word). */
-static void random_map(uint64_t *map)
-{
-    unsigned density = (unsigned)(next() % 8);
-    bool holes = next() % 4 != 0;
-    for (size_t w = 0; w < BITS / 64; w++) {
-        map[w] = 0;
-        for (unsigned b = 0; b < 64; b += 8)
-            if (next() % 8 >= density)
-                map[w] |= (uint64_t)0xff << b;
-        if (holes)
-            map[w] ^= next() & next() & next();
-    }
 }
 
 static void test_page_runs_count_and_next_match_reference(void **state)
