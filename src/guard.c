@@ -18,26 +18,113 @@
 /* ---- mappings ---- */
 
 SA_TEST_MUTABLE size_t guard_max_live = GUARD_MAX_LIVE;
-static size_t live; /* guarded mappings now mapped, quarantined ones too; atomic */
+static size_t live; /* guarded mappings now mapped, quarantined and pooled ones too; atomic */
 
 bool guard_room(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED) < guard_max_live; }
 size_t guard_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
 
-struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *data_len)
+/* Unmaps a guarded mapping that is out of the pagemap. */
+static void unmap_counted(void *start, size_t len)
 {
-    size_t data = sa_align_up(usable, SA_PAGE_SIZE), len = data + SA_PAGE_SIZE;
-    void *p = os_map(len, SA_PAGE_SIZE);
-    if (!p)
+    os_unmap(start, len);
+    __atomic_fetch_sub(&live, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- recycled mappings ----
+ *
+ * A mapping that leaves the quarantine is inaccessible and empty already
+ * (purged when it went in).  Up to GUARD_POOL of them wait, out of the
+ * pagemap, for the next guarded sample of their length, which then costs
+ * one mprotect (its block's pages accessible again; the kernel's zero
+ * pages at their first touch).  A new mapping costs four or five system
+ * calls (an mmap over-mapped by a page for the alignment and trimmed at
+ * both ends, a madvise, an mprotect) and its unmap one more.  Oldest out:
+ * a pool full of lengths nobody asks for again gives way to new ones.
+ * Pooled mappings are still the kernel's mappings, so they count in
+ * `live`.  Under the quarantine's lock; `start` 0: an empty entry. */
+static struct pooled {
+    uintptr_t start;
+    size_t npages;
+    uint64_t age; /* pool_clock when it came in */
+} pool[GUARD_POOL];
+static uint64_t pool_clock;
+
+static sa_lock_t lock = SA_LOCK_INITIALIZER(LOCK_RANK_QUARANTINE);
+
+/* The newest pooled mapping of `npages` salloc pages, out of the pool;
+ * 0 if there is none. */
+static uintptr_t pool_take(size_t npages)
+{
+    struct pooled *found = NULL;
+    sa_lock(&lock);
+    for (unsigned i = 0; i < GUARD_POOL; i++)
+        if (pool[i].start && pool[i].npages == npages && (!found || pool[i].age > found->age))
+            found = &pool[i];
+    uintptr_t start = found ? found->start : 0;
+    if (found)
+        found->start = 0;
+    sa_unlock(&lock);
+    return start;
+}
+
+/* Pools an inaccessible, empty mapping; returns the one it pushed out
+ * (start 0: none), for the caller to unmap. */
+static struct pooled pool_put(uintptr_t start, size_t npages)
+{
+    sa_lock(&lock);
+    struct pooled *slot = &pool[0];
+    for (unsigned i = 0; i < GUARD_POOL && slot->start; i++)
+        if (!pool[i].start || pool[i].age < slot->age)
+            slot = &pool[i];
+    struct pooled out = *slot;
+    *slot = (struct pooled){.start = start, .npages = npages, .age = ++pool_clock};
+    sa_unlock(&lock);
+    return out;
+}
+
+size_t guard_pooled(void)
+{
+    size_t n = 0;
+    sa_lock(&lock);
+    for (unsigned i = 0; i < GUARD_POOL; i++)
+        n += pool[i].start != 0;
+    sa_unlock(&lock);
+    return n;
+}
+
+/* A mapping of `len` bytes, counted in `live`, whose first `data` bytes
+ * are accessible and zero and whose last page is inaccessible: a pooled
+ * one of that length, or a new one; NULL with ENOMEM. */
+static void *map_guarded(size_t len, size_t data)
+{
+    void *p = (void *)pool_take(len >> SA_PAGE_SHIFT);
+    if (p) {
+        if (os_protect(p, data, true))
+            return p;
+        unmap_counted(p, len);
+    }
+    if (!(p = os_map(len, SA_PAGE_SIZE)))
         return NULL;
     os_nohugepage(p, len);
-    struct span *s = NULL;
-    if (os_protect((char *)p + data, SA_PAGE_SIZE, false))
-        s = pageheap_register_mapping(p, len >> SA_PAGE_SHIFT);
-    if (!s) {
+    if (!os_protect((char *)p + data, SA_PAGE_SIZE, false)) {
         os_unmap(p, len);
         return NULL;
     }
     __atomic_fetch_add(&live, 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *data_len)
+{
+    size_t data = sa_align_up(usable, SA_PAGE_SIZE), len = data + SA_PAGE_SIZE;
+    void *p = map_guarded(len, data);
+    if (!p)
+        return NULL;
+    struct span *s = pageheap_register_mapping(p, len >> SA_PAGE_SHIFT);
+    if (!s) {
+        unmap_counted(p, len);
+        return NULL;
+    }
     /* The alignment a block of this size has in a slab: its size's lowest
      * set bit, up to 16 (an 8-byte block is 8-aligned), or more if asked. */
     size_t natural = usable & -usable;
@@ -54,22 +141,34 @@ void guard_unmap(struct span *s)
     void *start = (void *)s->start;
     size_t len = s->npages << SA_PAGE_SHIFT;
     pageheap_unregister_mapping(s);
-    os_unmap(start, len);
-    __atomic_fetch_sub(&live, 1, __ATOMIC_RELAXED);
+    unmap_counted(start, len);
+}
+
+void guard_retire(struct span *s)
+{
+    uintptr_t start = s->start;
+    size_t npages = s->npages;
+    bool emptied = !s->dirty;
+    pageheap_unregister_mapping(s);
+    struct pooled out = {.start = start, .npages = npages};
+    if (emptied)
+        out = pool_put(start, npages);
+    if (out.start)
+        unmap_counted((void *)out.start, out.npages << SA_PAGE_SHIFT);
 }
 
 /* ---- quarantine ---- */
 
-static sa_lock_t lock = SA_LOCK_INITIALIZER(LOCK_RANK_QUARANTINE);
 SA_BSS_APART static struct span *fifo[GUARD_QUARANTINE]; /* under lock */
 static unsigned head, count;                /* under lock */
 
 struct span *guard_quarantine(struct span *s)
 {
     /* The guard page is inaccessible already; the block's pages join it,
-     * emptied (no memory kept for them). */
+     * emptied (no memory kept for them).  A purge the kernel refused
+     * keeps the mapping out of the pool: its pages are not zero. */
     size_t data = (s->npages - 1) << SA_PAGE_SHIFT;
-    os_purge((void *)s->start, data);
+    s->dirty = !os_purge((void *)s->start, data);
     os_protect((void *)s->start, data, false);
     struct span *out = NULL;
     sa_lock(&lock);

@@ -11,8 +11,10 @@
  * the block pushed against an inaccessible page (at most its alignment's
  * slack before it, 0 bytes for an ordinary malloc).  When it is freed its
  * pages are purged and made inaccessible too, and the mapping waits in a
- * quarantine (a FIFO of GUARD_QUARANTINE mappings) before it is unmapped,
- * so a use after free faults as well.  Every page is in the pagemap, the
+ * quarantine (a FIFO of GUARD_QUARANTINE mappings), so a use after free
+ * faults as well; then it leaves the pagemap and waits, still
+ * inaccessible, in a pool of GUARD_POOL for the next guarded sample of its
+ * length (or is unmapped).  Every page is in the pagemap, the
  * span pointing at the sample's record (kept through the quarantine, with
  * the stack that freed it), so salloc's SIGSEGV handler, installed at
  * start-up when guarding is on and chained to any handler installed
@@ -20,9 +22,10 @@
  * (prof_report_fault) and lets the default action (or the previous
  * handler) take the process.
  *
- * Costs a system call or four per guarded sample (map, protect; at free
- * purge and protect; unmap when it leaves the quarantine), no resident
- * memory for the guard and quarantined pages.  One lock
+ * Costs three system calls per guarded sample when the pool has a mapping
+ * of its length (protect; at free purge and protect), seven when it has
+ * not (map and trim, advise, protect; purge, protect; unmap), no resident
+ * memory for the guard, quarantined and pooled pages.  One lock
  * (LOCK_RANK_QUARANTINE) for the quarantine's FIFO, never across a system
  * call.  Calls os.c and the page heap.
  */
@@ -37,8 +40,12 @@
 
 struct span;
 
-/* Freed guarded mappings kept inaccessible before they are unmapped. */
+/* Freed guarded mappings kept inaccessible and registered (a fault in one
+ * is reported as a use after free). */
 #define GUARD_QUARANTINE 256
+
+/* Mappings out of the quarantine kept for reuse (guard.c). */
+#define GUARD_POOL 64
 
 /* A guarded sample costs the process two kernel mappings (its pages and
  * the inaccessible one), and the kernel allows vm.max_map_count (65,530
@@ -60,9 +67,18 @@ struct span *guard_map(size_t usable, size_t align, uintptr_t *object, size_t *d
 /* Makes a freed guarded mapping inaccessible and puts it in quarantine
  * (its span must already be SPAN_QUARANTINED); returns the mapping it
  * pushes out, if any, for the caller to release its record and then
- * guard_unmap() it. */
+ * guard_retire() it. */
 struct span *guard_quarantine(struct span *s);
+
+/* Takes a mapping that left the quarantine out of the pagemap, into the
+ * pool (or unmaps it). */
+void guard_retire(struct span *s);
+
+/* Takes a guarded mapping out of the pagemap and unmaps it. */
 void guard_unmap(struct span *s);
+
+/* Mappings in the pool now (tests). */
+size_t guard_pooled(void);
 
 /* Installs the SIGSEGV handler (start-up, when guarding is on). */
 void guard_install_handler(void);

@@ -807,7 +807,7 @@ bool prof_should_guard(struct tcache *tc)
 static void release_quarantined(struct span *span)
 {
     struct sample *s = span->sample;
-    guard_unmap(span); /* out of the pagemap first: no fault finds s now */
+    guard_retire(span); /* out of the pagemap first: no fault finds s now */
     sample_recycle(home(s), s);
 }
 

@@ -58,7 +58,8 @@ struct span {
     struct span *prev;
     uint8_t state;       /* enum span_state */
     uint8_t cls;         /* small: its size class */
-    uint8_t dirty;       /* free: pages may be resident (not purged) */
+    uint8_t dirty;       /* free: pages may be resident (not purged);
+                          * quarantined: the purge of its block failed */
     uint8_t on_list;     /* small: on its central list's partial list */
     uint8_t owner_tag;   /* small: the owner tag its pages carry (pagemap.h) */
     uint8_t recent;      /* free: in the page heap's cache of recent spans,

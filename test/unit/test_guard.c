@@ -245,14 +245,144 @@ static void test_guard_quarantine(void **state)
     assert_true(!t || t->state != SPAN_QUARANTINED || (uintptr_t)first < t->start ||
                 (uintptr_t)first >= span_end(t));
 
-    /* However many: mappings, records and live samples stay bounded. */
+    /* However many: mappings, records and live samples stay bounded (the
+     * pool of mappings out of the quarantine may fill meanwhile). */
     size_t maps0 = unit_mapping_count(), live0 = prof_live_upper_bound();
     size_t mapped0 = pageheap_mapped_bytes();
     for (int i = 0; i < 20 * GUARD_QUARANTINE; i++)
         alloc_and_free((size_t)(i % 300) * 64 + 1);
-    assert_true(unit_mapping_count() <= maps0 + 8);
+    assert_true(unit_mapping_count() <= maps0 + GUARD_POOL + 8);
     assert_int_equal(prof_live_upper_bound(), live0);
     assert_true(pageheap_mapped_bytes() <= mapped0 + ((size_t)4 << 20));
+}
+
+/* ---- the pool of mappings out of the quarantine ---- */
+
+static unsigned n_mmap, n_munmap, n_madvise, n_mprotect;
+static volatile bool refuse_purge; /* volatile: gcc moves stores across free() */
+
+static void *counting_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    n_mmap++;
+    return mmap(addr, len, prot, flags, fd, off);
+}
+
+static int counting_munmap(void *addr, size_t len)
+{
+    n_munmap++;
+    return munmap(addr, len);
+}
+
+static int counting_madvise(void *addr, size_t len, int advice)
+{
+    n_madvise++;
+    if (refuse_purge && advice == MADV_DONTNEED)
+        return errno = EAGAIN, -1;
+    return madvise(addr, len, advice);
+}
+
+static int counting_mprotect(void *addr, size_t len, int prot)
+{
+    n_mprotect++;
+    return mprotect(addr, len, prot);
+}
+
+static void count_syscalls(bool on)
+{
+    n_mmap = n_munmap = n_madvise = n_mprotect = 0;
+    os_syscalls.mmap = on ? counting_mmap : mmap;
+    os_syscalls.munmap = on ? counting_munmap : munmap;
+    os_syscalls.madvise = on ? counting_madvise : madvise;
+    os_syscalls.mprotect = on ? counting_mprotect : mprotect;
+}
+
+static bool all_zero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+/* Whether any OS page of [p, p + len) is mapped. */
+static bool mapped(const void *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec;
+    for (size_t off = 0; off < len; off += page)
+        if (mincore((char *)p + off, page, &vec) == 0)
+            return true;
+    return false;
+}
+
+/* A mapping that leaves the quarantine waits in the pool, and the next
+ * guarded sample of its length takes it with one mprotect: no mmap, no
+ * munmap, and nothing else but the purge and protect of its own free.
+ * Its block is zero again (a calloc relies on it), its end still faults,
+ * and a mapping whose purge the kernel refused is unmapped, not reused. */
+static void test_guard_pool_reuses_mappings(void **state)
+{
+    (void)state;
+    enum { SIZE = 200 };
+    /* Fill the quarantine and the pool with mappings of this length. */
+    for (int i = 0; i < GUARD_QUARANTINE + GUARD_POOL; i++) {
+        char *p = ALLOC_SAMPLED(malloc(SIZE));
+        assert_true(is_guarded(p));
+        memset(p, 0xa5, SIZE); /* what a reused mapping must not show */
+        free(p);
+    }
+    assert_int_equal(guard_pooled(), GUARD_POOL);
+
+    enum { ROUNDS = 200 };
+    size_t maps0 = unit_mapping_count();
+    count_syscalls(true);
+    unsigned guarded = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        char *p = malloc(SIZE);
+        if (!is_guarded(p)) { /* not sampled (e^-200): served by a slab */
+            free(p);
+            continue;
+        }
+        guarded++;
+        bool zero = all_zero(p, SIZE); /* what the last user wrote */
+        memset(p, 0xa5, SIZE);
+        free(p);
+        assert_true(zero);
+    }
+    unsigned mmaps = n_mmap, munmaps = n_munmap, madvises = n_madvise, mprotects = n_mprotect;
+    count_syscalls(false);
+    fprintf(stderr,
+            "# %u guarded samples from the pool: %u mmap, %u munmap, %u madvise, %u mprotect\n",
+            guarded, mmaps, munmaps, madvises, mprotects);
+    assert_true(guarded > ROUNDS / 2);
+    assert_int_equal(mmaps, 0);
+    assert_int_equal(munmaps, 0);
+    assert_true(madvises <= guarded);       /* the purge at free */
+    assert_true(mprotects <= 2 * guarded); /* accessible at malloc, not at free */
+    assert_true(unit_mapping_count() <= maps0 + 8);
+
+    /* Reused, its end faults as a new one's does. */
+    char *p = ALLOC_SAMPLED(malloc(SIZE));
+    assert_true(is_guarded(p));
+    assert_true(faults(p + malloc_usable_size(p)));
+    free(p);
+
+    /* A purge refused: the mapping is not pooled but unmapped when it
+     * leaves the quarantine. */
+    char *dirty = ALLOC_SAMPLED(malloc(SIZE));
+    assert_true(is_guarded(dirty));
+    struct span *s = pageheap_sampled_span(dirty);
+    void *start = (void *)s->start;
+    size_t len = s->npages << SA_PAGE_SHIFT;
+    memset(dirty, 0xa5, SIZE);
+    count_syscalls(true);
+    refuse_purge = true;
+    free(dirty);
+    refuse_purge = false;
+    count_syscalls(false);
+    for (int i = 0; i < GUARD_QUARANTINE; i++)
+        alloc_and_free(SIZE);
+    assert_false(mapped(start, len));
 }
 
 /* ---- the reports ---- */
@@ -445,6 +575,11 @@ static void test_guard_refused_is_sampled_unguarded(void **state)
 static void test_guard_cap_places_samples_unguarded(void **state)
 {
     (void)state;
+    /* Pooled mappings of this length would be reused without a new one:
+     * take them all out of the pool first. */
+    char *held[GUARD_POOL];
+    for (int i = 0; i < GUARD_POOL; i++)
+        assert_true(is_guarded(held[i] = ALLOC_SAMPLED(malloc(100))));
     size_t saved = guard_max_live;
     guard_max_live = guard_live() + 3;
     enum { N = 10 };
@@ -461,6 +596,8 @@ static void test_guard_cap_places_samples_unguarded(void **state)
     for (int i = 0; i < N; i++)
         free(p[i]);
     guard_max_live = saved;
+    for (int i = 0; i < GUARD_POOL; i++)
+        free(held[i]);
     char *q = ALLOC_SAMPLED(malloc(100));
     assert_true(is_guarded(q)); /* room again */
     free(q);
@@ -505,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_guard_calloc_and_realloc),
         cmocka_unit_test(test_guard_large_realloc_in_place),
         cmocka_unit_test(test_guard_quarantine),
+        cmocka_unit_test(test_guard_pool_reuses_mappings),
         cmocka_unit_test(test_guard_reports),
         cmocka_unit_test(test_guard_every),
         cmocka_unit_test(test_guard_refused_is_sampled_unguarded),
