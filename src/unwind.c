@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
 #include <link.h>
+#include <pthread.h>
 #include <sys/auxv.h>
 #include <stddef.h>
 #include <string.h>
@@ -1017,6 +1018,46 @@ static void forget_unused_rbp(struct unwind_memo *rec, const struct walk_state *
         rec->reads[i] = rec->reads[i + 1];
 }
 
+/* ---- the top of the stack ----
+ *
+ * A walk only goes up the stack, and a right one stops below its top (at
+ * the outermost frame, whose CFI says so).  A wrong one (a rule that does
+ * not match its code, a return address that is no return address) could
+ * read on past the top, into whatever is mapped above, or fault: above a
+ * thread's stack there is often another thread's guard page.  So a walk
+ * reads nothing at or above the top of the stack it is on, where it can
+ * tell: glibc puts a thread's descriptor (pthread_self()) at the top of
+ * the thread's stack mapping, above its TLS, and __libc_stack_end is the
+ * main thread's rsp at _start, below only its arguments and environment.
+ * A stack pointer further below either than STACK_WINDOW, or above it, is
+ * on a stack it cannot tell (a signal stack, a coroutine's): there the walk
+ * goes unbounded, as it did before. */
+extern void *__libc_stack_end;
+#define STACK_WINDOW ((uintptr_t)1 << 30)
+
+#ifdef SA_TESTING
+uintptr_t unwind_stack_top_for_test;
+#endif
+
+uintptr_t unwind_stack_top(uintptr_t sp)
+{
+#ifdef SA_TESTING
+    if (unwind_stack_top_for_test)
+        return unwind_stack_top_for_test;
+#endif
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (sp < self && self - sp <= STACK_WINDOW)
+        return self;
+    uintptr_t start = (uintptr_t)__libc_stack_end;
+    if (sp < start && start - sp <= STACK_WINDOW)
+        return (start | 4095) + 1; /* its page is the stack's too */
+    return UINTPTR_MAX;
+}
+
+/* The bytes of a signal frame's ucontext the walk reads. */
+#define UCONTEXT_READ (offsetof(ucontext_t, uc_mcontext.gregs) + (REG_RIP + 1) * sizeof(greg_t))
+_Static_assert(REG_RIP > REG_RSP && REG_RIP > REG_RBP, "rip is the last register read");
+
 /* The walk proper.  A frame step with rule r:
  *     cfa = (rbp or rsp) + offset;  rip = [cfa - 8];  rbp = [cfa - 8k] or
  *     unchanged;  rsp = cfa.
@@ -1034,6 +1075,7 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
 {
     unsigned n = 0;
     bool rbp_is_start = true; /* not yet read from a frame */
+    uintptr_t top = unwind_stack_top(sp);
     *complete = false;
     while (n < max) {
         /* A walk the memo cannot keep (keep()) needs no more notes: deep
@@ -1045,13 +1087,15 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
         exact = false;
         if (RULE_KIND(r) == RULE_SIGNAL) {
             w->unkept = true; /* the kernel's frame: not replayed */
-            if (memcmp((const void *)pc, sigreturn_code, sizeof(sigreturn_code)))
+            if (memcmp((const void *)pc, sigreturn_code, sizeof(sigreturn_code)) ||
+                sp >= top || top - sp < UCONTEXT_READ)
                 return n;
             const ucontext_t *uc = (const ucontext_t *)sp;
             pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
             sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
             rbp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
             exact = true; /* the interrupted instruction, not a return address */
+            top = unwind_stack_top(sp); /* the interrupted code's stack */
         } else if (RULE_KIND(r) == RULE_FRAME) {
             if (RULE_CFA_RBP(r)) {
                 if (rec && rbp_is_start)
@@ -1062,7 +1106,7 @@ static unsigned walk(struct walk_state *w, uintptr_t pc, uintptr_t sp, uintptr_t
             /* rsp is always 8-aligned on x86-64: a CFA that is not comes
              * from a wrong rule, or from an rbp that is no frame pointer,
              * and its words would be read through misaligned pointers. */
-            if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME || cfa % 8)
+            if (cfa <= sp || cfa - sp > UNWIND_MAX_FRAME || cfa % 8 || cfa > top)
                 return n;
             pc = read_word(rec, w, cfa - 8);
             if (RULE_RBP_SLOT(r)) {

@@ -41,7 +41,9 @@
  *
  * Safety: the walker reads only stack memory its rules point at; a rule
  * must move the CFA up, to an 8-aligned address, by at least the return
- * address and at most UNWIND_MAX_FRAME bytes, else the capture gives up.
+ * address and at most UNWIND_MAX_FRAME bytes, and not past the top of the
+ * stack where the walker can tell it (unwind_stack_top), else the capture
+ * gives up.
  * It never allocates, takes no lock (with _dl_find_object; else the
  * loader's, through dl_iterate_phdr: then a fork() taken while another
  * thread holds it can leave a child's sampled malloc waiting for good, a
@@ -153,6 +155,16 @@ bool sa_link_map_may_unload(const void *link_map);
 #define SA_UNWIND_MUTABLE const
 #endif
 extern SA_UNWIND_MUTABLE bool unwind_use_find_object;
+
+/* The top of the stack that `sp` is on, as far as a walk may read: the
+ * thread's descriptor for a thread glibc started, the page above
+ * __libc_stack_end for the main thread; UINTPTR_MAX where `sp` is on
+ * neither (unwind.c says why).  Tests may set unwind_stack_top_for_test
+ * (0: none) to have every walk take it instead. */
+uintptr_t unwind_stack_top(uintptr_t sp);
+#ifdef SA_TESTING
+extern uintptr_t unwind_stack_top_for_test;
+#endif
 
 /* Counters for tests and statistics. */
 struct unwind_stats {

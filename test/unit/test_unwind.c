@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "prof.h"
 #include "stack.h"
@@ -293,6 +295,27 @@ static void test_unwind_walks_through_signal_frames(void **state)
         found |= (char *)in_handler.walk[i] > (char *)self &&
                  (char *)in_handler.walk[i] < (char *)self + 256;
     assert_true(found);
+}
+
+/* The same from a handler on a signal stack of its own (sigaltstack): the
+ * walk leaves that stack through the signal frame for the interrupted
+ * code's, whose top it takes from there (unwind_stack_top). */
+static void test_unwind_walks_from_a_signal_stack(void **state)
+{
+    (void)state;
+    size_t size = 256 << 10;
+    void *alt = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(alt != MAP_FAILED);
+    stack_t ss = {.ss_sp = alt, .ss_size = size}, old_ss;
+    assert_int_equal(sigaltstack(&ss, &old_ss), 0);
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_ONSTACK}, old;
+    sigaction(SIGUSR1, &sa, &old);
+    raise_from(5);
+    sigaction(SIGUSR1, &old, NULL);
+    sigaltstack(&old_ss, NULL);
+    assert_true((char *)in_handler.walk[0] != NULL);
+    assert_same_stack(&in_handler, "from a signal stack");
+    munmap(alt, size);
 }
 
 static unsigned huge_depth;
@@ -665,6 +688,107 @@ static void test_unwind_rules_at_known_addresses(void **state)
     assert_true(outermost);
 }
 
+/* ---- the top of the stack ---- */
+
+extern void *__libc_stack_end;
+
+static void *stack_top_of_thread(void *arg)
+{
+    int here;
+    uintptr_t sp = (uintptr_t)&here;
+    *(uintptr_t *)arg = unwind_stack_top(sp) == (uintptr_t)pthread_self() && sp < (uintptr_t)pthread_self();
+    return NULL;
+}
+
+/* A walk reads nothing at or above the top of the stack it is on: for the
+ * main thread the page above __libc_stack_end, for a thread glibc started
+ * its descriptor, above its stack and TLS (a stack of the program's own
+ * too); elsewhere it cannot tell. */
+static void test_unwind_stack_top_is_the_threads(void **state)
+{
+    (void)state;
+    int here;
+    uintptr_t sp = (uintptr_t)&here, top = unwind_stack_top(sp);
+    assert_int_equal(top, ((uintptr_t)__libc_stack_end | 4095) + 1);
+    assert_true(sp < top);
+
+    pthread_t t;
+    uintptr_t ok = 0;
+    assert_int_equal(pthread_create(&t, NULL, stack_top_of_thread, &ok), 0);
+    pthread_join(t, NULL);
+    assert_true(ok);
+
+    size_t size = 1 << 20;
+    char *own = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(own != MAP_FAILED);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, own, size);
+    ok = 0;
+    assert_int_equal(pthread_create(&t, &attr, stack_top_of_thread, &ok), 0);
+    pthread_join(t, NULL);
+    pthread_attr_destroy(&attr);
+    assert_true(ok);
+
+    munmap(own, size);
+
+    /* Far below any stack, or above them all: no top it can tell.  (A
+     * buffer near a thread's descriptor may be taken for its stack: a
+     * walk there reads no further than without the top, and a right one
+     * never gets near it.) */
+    assert_int_equal(unwind_stack_top(4096), UINTPTR_MAX);
+    assert_int_equal(unwind_stack_top(UINTPTR_MAX - 4095), UINTPTR_MAX);
+}
+
+/* A made-up stack whose every word is the return address R = f + 1 of a
+ * function f's first instruction (CFA = rsp + 8, return address at the
+ * CFA - 8): a walk from it takes frame after frame 8 bytes up, R each
+ * time, as a walk that went wrong might, and runs into whatever lies
+ * above: here an inaccessible page. */
+static unsigned walk_made_up_stack(char *page, size_t size, unsigned words_below_top, void **frames,
+                                   bool *complete)
+{
+    uintptr_t r = (uintptr_t)recurse_plain + 1;
+    for (size_t i = 0; i < size / sizeof(uintptr_t); i++)
+        ((uintptr_t *)page)[i] = r;
+    struct unwind_from from = {.pc = r, .sp = (uintptr_t)page + size - 8 * words_below_top};
+    return unwind_capture_from(&from, frames, 64, complete);
+}
+
+static void test_unwind_stops_at_the_stack_top(void **state)
+{
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(mprotect(m + page, page, PROT_NONE), 0);
+    void *frames[64];
+    bool complete = true;
+    unwind_stack_top_for_test = (uintptr_t)m + page;
+    unsigned n = walk_made_up_stack(m, page, 10, frames, &complete);
+    unwind_stack_top_for_test = 0;
+    /* The start, then one frame for each of the 10 words below the top. */
+    assert_int_equal(n, 1 + 10);
+    assert_false(complete);
+    for (unsigned i = 0; i < n; i++)
+        assert_ptr_equal(frames[i], (void *)((uintptr_t)recurse_plain + 1));
+
+    /* Without the top (a stack it cannot tell), the same walk faults: what
+     * the top is there for. */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        walk_made_up_stack(m, page, 10, frames, &complete);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    munmap(m, 2 * page);
+}
+
 /* ---- the rule cache's size ---- */
 
 /* Misses while looking up `n` code addresses from `base`, 16 bytes apart
@@ -734,6 +858,9 @@ int main(void)
         cmocka_unit_test(test_unwind_truncates_deep_stacks_like_backtrace),
         cmocka_unit_test(test_unwind_threads_share_the_cache),
         cmocka_unit_test(test_unwind_walks_through_signal_frames),
+        cmocka_unit_test(test_unwind_walks_from_a_signal_stack),
+        cmocka_unit_test(test_unwind_stack_top_is_the_threads),
+        cmocka_unit_test(test_unwind_stops_at_the_stack_top),
         cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
         cmocka_unit_test(test_unwind_no_object_rule_not_kept),
