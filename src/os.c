@@ -16,7 +16,13 @@
 
 #include "util.h"
 
-SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise, mprotect};
+static long futex_call(uint32_t *word, int op, uint32_t val, const struct timespec *timeout,
+                       uint32_t *word2, uint32_t val3)
+{
+    return syscall(SYS_futex, word, op, val, timeout, word2, val3);
+}
+
+SA_TEST_MUTABLE struct os_syscalls os_syscalls = {mmap, munmap, madvise, mprotect, futex_call};
 
 static void *map_raw(size_t len)
 {
@@ -91,6 +97,28 @@ bool os_thp_always(void)
         always = n > 0 && strstr(buf, "[always]") != NULL;
     }
     return always;
+}
+
+/* The kernel reads the word for a futex wait, whose only other effect
+ * here is none: a word that differs from PROBE_VALUE returns at once
+ * (EAGAIN), and one that matches times out at once (ETIMEDOUT: an absolute
+ * deadline long past, which unlike a relative 0 sets no timer to wait
+ * for); an unreadable one is EFAULT.  A futex wait rather than
+ * process_vm_readv, which would say the same: sandboxes that allow
+ * threads allow futexes (glibc waits this way), while process_vm_readv is
+ * a debugging call that seccomp filters such as systemd's @system-service
+ * leave out, and refuse by killing the process. */
+int os_readable(const void *addr)
+{
+    int saved = errno;
+    static const struct timespec long_past = {0, 0};
+    long r = os_syscalls.futex((uint32_t *)addr, FUTEX_WAIT_BITSET_PRIVATE, OS_PROBE_VALUE, &long_past,
+                               NULL, FUTEX_BITSET_MATCH_ANY);
+    int readable = r == 0 || errno == EAGAIN || errno == ETIMEDOUT || errno == EINTR ? 1
+                   : errno == EFAULT                                                ? 0
+                                                                                    : -1;
+    errno = saved;
+    return readable;
 }
 
 size_t os_page_size(void)

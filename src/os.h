@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #ifdef SA_TESTING
 #define SA_TEST_MUTABLE
@@ -29,6 +30,8 @@ struct os_syscalls {
     int (*munmap)(void *addr, size_t len);
     int (*madvise)(void *addr, size_t len, int advice);
     int (*mprotect)(void *addr, size_t len, int prot);
+    long (*futex)(uint32_t *word, int op, uint32_t val, const struct timespec *timeout,
+                  uint32_t *word2, uint32_t val3);
 };
 extern SA_TEST_MUTABLE struct os_syscalls os_syscalls;
 
@@ -62,6 +65,15 @@ void os_hugepage(void *addr, size_t len);
  * [always]), read once (the first call opens the file: make it at start-up).
  * False if the file cannot be read. */
 bool os_thp_always(void);
+
+/* Whether the word at `addr` (4-aligned; so its whole OS page) can be read
+ * without a fault: 1 yes, 0 no (unmapped or PROT_NONE), -1 the kernel
+ * would not say (the call refused: a seccomp filter's errno).  The kernel
+ * reads it, one system call, no fault, errno kept (os.c says which call
+ * and why).  For the stack walker on a stack whose extent it cannot
+ * tell. */
+int os_readable(const void *addr);
+#define OS_PROBE_VALUE 0x5a17c0deu /* the value its futex wait expects */
 
 /* The kernel's page size (4 KiB on x86-64), read once. */
 size_t os_page_size(void);

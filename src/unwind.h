@@ -43,7 +43,8 @@
  * must move the CFA up, to an 8-aligned address, by at least the return
  * address and at most UNWIND_MAX_FRAME bytes, and not past the top of the
  * stack where the walker can tell it (unwind_stack_top), else the capture
- * gives up.
+ * gives up; on a stack whose top it cannot tell, it reads a page only once
+ * the kernel has said it is readable (os_readable).
  * It never allocates, takes no lock (with _dl_find_object; else the
  * loader's, through dl_iterate_phdr: then a fork() taken while another
  * thread holds it can leave a child's sampled malloc waiting for good, a

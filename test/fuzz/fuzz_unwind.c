@@ -101,13 +101,16 @@
 
 int fuzz_dl_find_object(void *pc, struct dl_find_object *f);
 int fuzz_dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *arg);
+int fuzz_os_readable(const void *addr);
 
 #define SA_TESTING 1 /* unwind_use_find_object writable: both lookups are tried */
 #define _dl_find_object fuzz_dl_find_object
 #define dl_iterate_phdr fuzz_dl_iterate_phdr
+#define os_readable fuzz_os_readable
 #include "unwind.c"
 #undef _dl_find_object
 #undef dl_iterate_phdr
+#undef os_readable
 
 #include "stack.h" /* STACK_WALK_SLOTS: what stack.c asks the walker for */
 
@@ -196,6 +199,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     dirty_lo = stack_end;
     dirty_hi = stack - STACK_BELOW;
     return 0;
+}
+
+/* The made-up stack is on no thread's stack, so the walker asks about each
+ * page before it reads it (unwind.c's stack_readable).  By its rules it
+ * never asks about one outside what it may read (the layout above): the
+ * stand-in stops the run as the read's fault would have, and otherwise
+ * answers "readable" without a system call. */
+int fuzz_os_readable(const void *addr)
+{
+    uintptr_t a = (uintptr_t)addr;
+    if (a < stack - STACK_BELOW || a >= stack_end) {
+        fprintf(stderr, "fuzz_unwind: the walker asked about %p, outside its stack's reach\n",
+                addr);
+        abort();
+    }
+    return 1;
 }
 
 static uintptr_t word(uint32_t w)

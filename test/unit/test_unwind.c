@@ -27,15 +27,18 @@
  */
 #define _GNU_SOURCE /* dlinfo */
 #include <dlfcn.h>
+#include <errno.h>
 #include <sys/mman.h>
 #include <link.h>
 #include <execinfo.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "os.h"
 #include "prof.h"
 #include "stack.h"
 #include "unit.h"
@@ -265,9 +268,13 @@ static void test_unwind_threads_share_the_cache(void **state)
 
 static struct both in_handler;
 
+static uintptr_t handler_stack_top; /* unwind_stack_top where on_signal ran */
+
 static void on_signal(int sig)
 {
     (void)sig;
+    int here;
+    handler_stack_top = unwind_stack_top((uintptr_t)&here);
     capture_both(&in_handler);
 }
 
@@ -297,15 +304,24 @@ static void test_unwind_walks_through_signal_frames(void **state)
     assert_true(found);
 }
 
-/* The same from a handler on a signal stack of its own (sigaltstack): the
- * walk leaves that stack through the signal frame for the interrupted
- * code's, whose top it takes from there (unwind_stack_top). */
+/* A stack of the program's own, for a signal handler or a coroutine. */
+static char *map_stack(size_t size)
+{
+    char *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    return m;
+}
+
+/* The same from a handler on a signal stack of its own (sigaltstack),
+ * whose top the walker cannot tell (it asks the kernel about the pages it
+ * reads there): the walk leaves that stack through the signal frame for
+ * the interrupted code's, whose top it takes from there
+ * (unwind_stack_top). */
 static void test_unwind_walks_from_a_signal_stack(void **state)
 {
     (void)state;
     size_t size = 256 << 10;
-    void *alt = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(alt != MAP_FAILED);
+    char *alt = map_stack(size);
     stack_t ss = {.ss_sp = alt, .ss_size = size}, old_ss;
     assert_int_equal(sigaltstack(&ss, &old_ss), 0);
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_ONSTACK}, old;
@@ -313,9 +329,70 @@ static void test_unwind_walks_from_a_signal_stack(void **state)
     raise_from(5);
     sigaction(SIGUSR1, &old, NULL);
     sigaltstack(&old_ss, NULL);
+    assert_int_equal(handler_stack_top, UINTPTR_MAX);
     assert_true((char *)in_handler.walk[0] != NULL);
     assert_same_stack(&in_handler, "from a signal stack");
     munmap(alt, size);
+}
+
+static unsigned probes;     /* the kernel asked whether a page is readable */
+static bool refuse_probes; /* as a seccomp filter's errno might */
+static long (*real_futex)(uint32_t *, int, uint32_t, const struct timespec *, uint32_t *, uint32_t);
+
+static long counted_futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout,
+                          uint32_t *word2, uint32_t val3)
+{
+    probes++;
+    if (refuse_probes)
+        return errno = EPERM, -1;
+    return real_futex(word, op, val, timeout, word2, val3);
+}
+
+/* Counts the walker's questions from here to count_probes(false). */
+static void count_probes(bool on)
+{
+    if (!real_futex)
+        real_futex = os_syscalls.futex;
+    probes = 0;
+    os_syscalls.futex = on ? counted_futex : real_futex;
+}
+
+/* A coroutine (makecontext) on a stack of the program's own: no thread's,
+ * so no top the walker can tell.  It asks the kernel
+ * about the pages it reads, and walks the whole stack as backtrace() does,
+ * down to glibc's __start_context, which ends it. */
+static ucontext_t coroutine, coroutine_caller;
+static struct both in_coroutine;
+static unsigned coroutine_probes;
+
+static void coroutine_body(void)
+{
+    volatile char pages[3 * 4096]; /* a walk from below spans pages */
+    pages[0] = 1;
+    count_probes(true);
+    recurse_plain(4, &in_coroutine);
+    pages[sizeof(pages) - 1] = pages[0];
+    coroutine_probes = probes;
+    count_probes(false);
+}
+
+static void test_unwind_walks_a_coroutine_stack(void **state)
+{
+    (void)state;
+    size_t size = 256 << 10;
+    char *stack = map_stack(size);
+    assert_int_equal(unwind_stack_top((uintptr_t)stack + size / 2), UINTPTR_MAX);
+    assert_int_equal(getcontext(&coroutine), 0);
+    coroutine.uc_stack.ss_sp = stack;
+    coroutine.uc_stack.ss_size = size;
+    coroutine.uc_link = &coroutine_caller;
+    makecontext(&coroutine, coroutine_body, 0);
+    assert_int_equal(swapcontext(&coroutine_caller, &coroutine), 0);
+    assert_same_stack(&in_coroutine, "on a coroutine's stack");
+    /* Above the captures' start, the pages past coroutine_body's frame. */
+    fprintf(stderr, "# %u questions to the kernel in 4 walks\n", coroutine_probes);
+    assert_true(coroutine_probes >= 1);
+    munmap(stack, size);
 }
 
 static unsigned huge_depth;
@@ -719,8 +796,7 @@ static void test_unwind_stack_top_is_the_threads(void **state)
     assert_true(ok);
 
     size_t size = 1 << 20;
-    char *own = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(own != MAP_FAILED);
+    char *own = map_stack(size);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstack(&attr, own, size);
@@ -740,6 +816,31 @@ static void test_unwind_stack_top_is_the_threads(void **state)
     assert_int_equal(unwind_stack_top(UINTPTR_MAX - 4095), UINTPTR_MAX);
 }
 
+/* The walker's question to the kernel: readable pages (touched or not,
+ * read-only, or whose first word is the value the futex wait expects, on
+ * which it times out at once) say yes, inaccessible and unmapped ones no,
+ * and errno is left as it was. */
+static void test_unwind_asks_the_kernel_what_is_readable(void **state)
+{
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *m = map_stack(5 * page);
+    *(uint32_t *)(m + page) = OS_PROBE_VALUE;
+    assert_int_equal(mprotect(m + 2 * page, page, PROT_READ), 0);
+    assert_int_equal(mprotect(m + 3 * page, page, PROT_NONE), 0);
+    assert_int_equal(munmap(m + 4 * page, page), 0);
+    errno = 1234;
+    assert_int_equal(os_readable(m), 1);
+    assert_int_equal(os_readable(m + page), 1);
+    assert_int_equal(os_readable(m + 2 * page), 1);
+    assert_int_equal(os_readable(m + 3 * page), 0);
+    assert_int_equal(os_readable(m + 4 * page), 0);
+    assert_int_equal(errno, 1234);
+    int here;
+    assert_int_equal(os_readable((void *)((uintptr_t)&here & -(uintptr_t)4)), 1);
+    munmap(m, 4 * page);
+}
+
 /* A made-up stack whose every word is the return address R = f + 1 of a
  * function f's first instruction (CFA = rsp + 8, return address at the
  * CFA - 8): a walk from it takes frame after frame 8 bytes up, R each
@@ -755,38 +856,70 @@ static unsigned walk_made_up_stack(char *page, size_t size, unsigned words_below
     return unwind_capture_from(&from, frames, 64, complete);
 }
 
+/* Walks the made-up stack from `words_below_top` words below the end of
+ * `size` bytes at `m` with the kernel's answers counted; *nprobes the
+ * questions asked. */
+static unsigned walk_counting_probes(char *m, size_t size, unsigned words_below_top,
+                                     void **frames, bool *complete, unsigned *nprobes)
+{
+    count_probes(true);
+    unsigned n = walk_made_up_stack(m, size, words_below_top, frames, complete);
+    *nprobes = probes;
+    count_probes(false);
+    return n;
+}
+
 static void test_unwind_stops_at_the_stack_top(void **state)
 {
     (void)state;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(m != MAP_FAILED);
-    assert_int_equal(mprotect(m + page, page, PROT_NONE), 0);
+    /* Two readable pages, then an inaccessible one. */
+    char *m = map_stack(3 * page);
+    assert_int_equal(mprotect(m + 2 * page, page, PROT_NONE), 0);
     void *frames[64];
     bool complete = true;
-    unwind_stack_top_for_test = (uintptr_t)m + page;
-    unsigned n = walk_made_up_stack(m, page, 10, frames, &complete);
+    unsigned nprobes;
+    unwind_stack_top_for_test = (uintptr_t)m + 2 * page;
+    unsigned n = walk_counting_probes(m, 2 * page, 10, frames, &complete, &nprobes);
     unwind_stack_top_for_test = 0;
-    /* The start, then one frame for each of the 10 words below the top. */
+    /* The start, then one frame for each of the 10 words below the top;
+     * a stack whose top is known needs no question. */
     assert_int_equal(n, 1 + 10);
     assert_false(complete);
+    assert_int_equal(nprobes, 0);
     for (unsigned i = 0; i < n; i++)
         assert_ptr_equal(frames[i], (void *)((uintptr_t)recurse_plain + 1));
 
-    /* Without the top (a stack it cannot tell), the same walk faults: what
-     * the top is there for. */
+    /* Without a top (a stack it cannot tell: no thread's), the walk asks the kernel about each page before it reads it
+     * and stops at the same place: one question, about the page that is
+     * not readable. */
+    complete = true;
+    assert_int_equal(walk_counting_probes(m, 2 * page, 10, frames, &complete, &nprobes), 1 + 10);
+    assert_false(complete);
+    assert_int_equal(nprobes, 1);
+    /* One question a page, not one a read: from 20 words below the second
+     * page, 63 frames (the most asked for) read 43 words of it. */
+    n = walk_counting_probes(m, 2 * page, page / 8 + 20, frames, &complete, &nprobes);
+    assert_int_equal(n, 64);
+    assert_true(complete);
+    assert_int_equal(nprobes, 1);
+
+    /* Where the kernel will not say (a seccomp filter refusing the call
+     * with an errno), it reads unchecked and faults: what the check is
+     * there for. */
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         signal(SIGSEGV, SIG_DFL);
-        walk_made_up_stack(m, page, 10, frames, &complete);
+        refuse_probes = true;
+        walk_counting_probes(m, 2 * page, 10, frames, &complete, &nprobes);
         _exit(0);
     }
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
-    munmap(m, 2 * page);
+    munmap(m, 3 * page);
 }
 
 /* ---- the rule cache's size ---- */
@@ -859,7 +992,9 @@ int main(void)
         cmocka_unit_test(test_unwind_threads_share_the_cache),
         cmocka_unit_test(test_unwind_walks_through_signal_frames),
         cmocka_unit_test(test_unwind_walks_from_a_signal_stack),
+        cmocka_unit_test(test_unwind_walks_a_coroutine_stack),
         cmocka_unit_test(test_unwind_stack_top_is_the_threads),
+        cmocka_unit_test(test_unwind_asks_the_kernel_what_is_readable),
         cmocka_unit_test(test_unwind_stops_at_the_stack_top),
         cmocka_unit_test(test_unwind_stops_at_huge_frames),
         cmocka_unit_test(test_unwind_forgets_rules_of_unloaded_code),
