@@ -1096,13 +1096,17 @@ static bool probes_refused;
  * a paravirtualised VM a sample whose fresh 18-frame walk crosses a page
  * took 1.8 us on a makecontext stack, 0.29 on the main thread's).
  * Walks go up the stack, so the range grows up; a page apart from it
- * starts it afresh. */
+ * starts it afresh.  A walk that asked is not kept for a replay, which
+ * would read the same words without asking (the stack may have been
+ * unmapped since, and another mapped where it was): only a walk within
+ * its starting sp's page is, a page the replaying thread runs on. */
 static bool stack_readable(struct walk_state *w, uintptr_t from, uintptr_t to)
 {
     if (from >= w->readable_lo && to <= w->readable_hi)
         return true;
     if (!w->probing)
         return false; /* past a known top */
+    w->unkept = true;
     uintptr_t page = from & -PROBE_PAGE, last = (to - 1) & -PROBE_PAGE;
     for (;; page += PROBE_PAGE) {
         if (page < w->readable_lo || page >= w->readable_hi) {
