@@ -14,7 +14,11 @@
  *                     (a PT_NOTE in its first page), so the walker keeps it
  *                     in its table of objects met before; bit 2: it came
  *                     with the program (sa_link_map_may_unload() false), so
- *                     a memo's check trusts it without a lookup
+ *                     a memo's check trusts it without a lookup; bit 3:
+ *                     the walker knows the stack's top (the end of what it
+ *                     may read over it), else it asks about each page
+ *                     (fuzz_os_readable) and keeps no walk past the first
+ *                     for its memo
  *    1  1  max        frames asked for: 1 + max % STACK_WALK_SLOTS
  *    2  2  sp         the walk's rsp: stack + (sp & ~7), 8-aligned as
  *                     UNWIND_FROM_HERE's always is
@@ -573,6 +577,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct unwind_from from = {.pc = word(in.pc), .sp = stack + (in.sp & ~7u),
                                .rbp = word(in.rbp)};
     make_object(&in);
+    unwind_stack_top_for_test = in.flags & 8 ? stack_end : 0;
     struct walk_result first = {0};
     /* With _dl_find_object (glibc 2.35 and later: the first walk's), then
      * with dl_iterate_phdr; the stack laid out afresh for each. */
@@ -587,6 +592,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_walks(&from, max, &first);
     }
     free(first.frames);
+    unwind_stack_top_for_test = 0;
     clear_stack();
     clear_object(&in);
     return 0;
