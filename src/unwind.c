@@ -22,6 +22,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sys/auxv.h>
+#include <sys/resource.h>
 #include <stddef.h>
 #include <string.h>
 #include <ucontext.h>
@@ -1036,31 +1037,49 @@ static void forget_unused_rbp(struct unwind_memo *rec, const struct walk_state *
  * the thread's stack mapping, above its TLS (not the main thread's: its
  * descriptor is among the loader's mappings), and __libc_stack_end is the
  * main thread's rsp at _start, below only its arguments and environment.
- * A stack pointer further below either than STACK_WINDOW, or above it, is
- * on a stack it cannot tell: a signal stack (sigaltstack), a coroutine's,
- * a thread's that glibc did not start.  There the walk asks the kernel
+ * A stack pointer above either, or further below it than that stack can
+ * reach (thread_window, main_window), is on a stack it cannot tell: a
+ * signal stack (sigaltstack), a coroutine's, a thread's that glibc did
+ * not start.  There the walk asks the kernel
  * whether each new OS page it is about to read is readable
  * (stack_readable), and stops at one that is not (asking the kernel for
  * the signal stack's extent instead would cost every such walk a system
- * call, where most read one page or two).  The window is a guess:
- * a coroutine or signal stack that a thread glibc started uses, mapped
- * less than STACK_WINDOW below that thread's descriptor, is taken for the
- * thread's stack and bounded by its top, not its own (asking about every
- * page of every walk instead would cost a system call or more a sample). */
+ * call, where most read one page or two).  The windows are a guess: a
+ * coroutine or signal stack that a thread glibc started uses, mapped less
+ * than thread_window below that thread's descriptor (a thread given a
+ * smaller stack than the default), is taken for the thread's stack and
+ * bounded by its top, not its own (asking about every page of every walk
+ * instead would cost a system call or more a sample); a walk deeper than
+ * the window on a thread given a larger stack asks about its pages, a few
+ * (a walk reads at most the frames asked for), where it need not. */
 extern void *__libc_stack_end;
-#define STACK_WINDOW ((uintptr_t)1 << 30)
+#define STACK_WINDOW ((uintptr_t)1 << 30) /* before the constructor, or no answer */
 
 #ifdef SA_TESTING
 uintptr_t unwind_stack_top_for_test;
 #endif
 
 /* The main thread's pthread_self(), from salloc's constructor (which the
- * main thread runs); 0 before. */
+ * main thread runs); 0 before.  How far below its top a stack reaches: a
+ * thread's, glibc's default stack size (which the thread's descriptor is
+ * in: at most that far above its sp); the main thread's, RLIMIT_STACK. */
 static uintptr_t main_thread;
+static uintptr_t thread_window = STACK_WINDOW, main_window = STACK_WINDOW;
 
-__attribute__((constructor)) static void note_main_thread(void)
+__attribute__((constructor)) static void note_stacks(void)
 {
     main_thread = (uintptr_t)pthread_self();
+    pthread_attr_t attr;
+    size_t size;
+    if (pthread_getattr_default_np(&attr) == 0) {
+        if (pthread_attr_getstacksize(&attr, &size) == 0 && size > 0 && size < STACK_WINDOW)
+            thread_window = size;
+        pthread_attr_destroy(&attr);
+    }
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > 0 &&
+        limit.rlim_cur < STACK_WINDOW)
+        main_window = limit.rlim_cur;
 }
 
 uintptr_t unwind_stack_top(uintptr_t sp)
@@ -1070,10 +1089,10 @@ uintptr_t unwind_stack_top(uintptr_t sp)
         return unwind_stack_top_for_test;
 #endif
     uintptr_t self = (uintptr_t)pthread_self();
-    if (sp < self && self - sp <= STACK_WINDOW && self != main_thread)
+    if (sp < self && self - sp <= thread_window && self != main_thread)
         return self;
     uintptr_t start = (uintptr_t)__libc_stack_end;
-    if (sp < start && start - sp <= STACK_WINDOW)
+    if (sp < start && start - sp <= main_window)
         return (start | 4095) + 1; /* its page is the stack's too */
     return UINTPTR_MAX;
 }

@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <link.h>
 #include <execinfo.h>
 #include <stdbool.h>
@@ -774,11 +775,34 @@ static void test_unwind_rules_at_known_addresses(void **state)
 
 extern void *__libc_stack_end;
 
+/* How far below its descriptor a thread's stack may reach: glibc's
+ * default stack size. */
+static uintptr_t default_thread_stack(void)
+{
+    pthread_attr_t attr;
+    size_t size = 0;
+    assert_int_equal(pthread_getattr_default_np(&attr), 0);
+    pthread_attr_getstacksize(&attr, &size);
+    pthread_attr_destroy(&attr);
+    return size;
+}
+
 static void *stack_top_of_thread(void *arg)
 {
     int here;
-    uintptr_t sp = (uintptr_t)&here;
-    *(uintptr_t *)arg = unwind_stack_top(sp) == (uintptr_t)pthread_self() && sp < (uintptr_t)pthread_self();
+    uintptr_t sp = (uintptr_t)&here, self = (uintptr_t)pthread_self();
+    *(uintptr_t *)arg = unwind_stack_top(sp) == self && sp < self;
+    return NULL;
+}
+
+/* Whether sp addresses down to the default stack size below the
+ * descriptor are taken for the thread's stack, and none further down (a
+ * coroutine's stack mapped below the thread's). */
+static void *thread_stack_reach(void *arg)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), reach = default_thread_stack();
+    *(uintptr_t *)arg = unwind_stack_top(self - reach + 64) == self &&
+                        unwind_stack_top(self - reach - 4096) == UINTPTR_MAX;
     return NULL;
 }
 
@@ -793,10 +817,22 @@ static void test_unwind_stack_top_is_the_threads(void **state)
     uintptr_t sp = (uintptr_t)&here, top = unwind_stack_top(sp);
     assert_int_equal(top, ((uintptr_t)__libc_stack_end | 4095) + 1);
     assert_true(sp < top);
+    /* The main thread's reaches down RLIMIT_STACK (or 1 GiB, if larger or
+     * unlimited). */
+    struct rlimit limit;
+    assert_int_equal(getrlimit(RLIMIT_STACK, &limit), 0);
+    uintptr_t reach = limit.rlim_cur < ((rlim_t)1 << 30) ? limit.rlim_cur : (uintptr_t)1 << 30;
+    uintptr_t start = (uintptr_t)__libc_stack_end;
+    assert_int_equal(unwind_stack_top(start - reach + 64), top);
+    assert_int_equal(unwind_stack_top(start - reach - 4096), UINTPTR_MAX);
 
     pthread_t t;
     uintptr_t ok = 0;
     assert_int_equal(pthread_create(&t, NULL, stack_top_of_thread, &ok), 0);
+    pthread_join(t, NULL);
+    assert_true(ok);
+    ok = 0;
+    assert_int_equal(pthread_create(&t, NULL, thread_stack_reach, &ok), 0);
     pthread_join(t, NULL);
     assert_true(ok);
 
