@@ -100,7 +100,7 @@ bool os_thp_always(void)
 }
 
 /* The kernel reads the word for a futex wait, whose only other effect
- * here is none: a word that differs from PROBE_VALUE returns at once
+ * here is none: a word that differs from OS_PROBE_VALUE returns at once
  * (EAGAIN), and one that matches times out at once (ETIMEDOUT: an absolute
  * deadline long past, which unlike a relative 0 sets no timer to wait
  * for); an unreadable one is EFAULT.  A futex wait rather than
@@ -112,8 +112,8 @@ int os_readable(const void *addr)
 {
     int saved = errno;
     static const struct timespec long_past = {0, 0};
-    long r = os_syscalls.futex((uint32_t *)addr, FUTEX_WAIT_BITSET_PRIVATE, OS_PROBE_VALUE, &long_past,
-                               NULL, FUTEX_BITSET_MATCH_ANY);
+    long r = os_syscalls.futex((uint32_t *)addr, FUTEX_WAIT_BITSET_PRIVATE, OS_PROBE_VALUE,
+                               &long_past, NULL, FUTEX_BITSET_MATCH_ANY);
     int readable = r == 0 || errno == EAGAIN || errno == ETIMEDOUT || errno == EINTR ? 1
                    : errno == EFAULT                                                ? 0
                                                                                     : -1;
@@ -136,14 +136,16 @@ uint64_t os_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The locks' waits call futex_call directly, not through os_syscalls:
+ * a test that refuses os_readable's question must not refuse them too. */
 void os_futex_wait(int *word, int expected)
 {
-    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+    futex_call((uint32_t *)word, FUTEX_WAIT_PRIVATE, (uint32_t)expected, NULL, NULL, 0);
 }
 
 void os_futex_wake_one(int *word)
 {
-    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    futex_call((uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 void os_yield(void) { sched_yield(); }

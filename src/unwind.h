@@ -103,9 +103,11 @@ unsigned unwind_capture_from(const struct unwind_from *from, void **frames, unsi
  * order: each address was computed from words already found equal, so it
  * reads only what the walk itself would read, and stops at the first that
  * differs (a walk from there on); then the objects, so the code is the
- * same (the words first: their loads overlap the objects' checks).  Walks through a signal frame, past code of no object or of
- * more objects than a walk keeps, deeper than UNWIND_MEMO_FRAMES, or
- * beyond their first page on a stack without a known top are not kept.  Per thread: stack addresses mean nothing in another thread. */
+ * same (the words first: their loads overlap the objects' checks).
+ * Walks through a signal frame, past code of no object or of more
+ * objects than a walk keeps, deeper than UNWIND_MEMO_FRAMES, or beyond
+ * their first page on a stack without a known top are not kept.  Per
+ * thread: stack addresses mean nothing in another thread. */
 #define UNWIND_MEMO_FRAMES 32
 #define UNWIND_MEMO_OBJECTS 6
 struct unwind_memo {

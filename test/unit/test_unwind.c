@@ -931,9 +931,9 @@ static void test_unwind_stops_at_the_stack_top(void **state)
     for (unsigned i = 0; i < n; i++)
         assert_ptr_equal(frames[i], (void *)((uintptr_t)recurse_plain + 1));
 
-    /* Without a top (a stack it cannot tell: no thread's), the walk asks the kernel about each page before it reads it
-     * and stops at the same place: one question, about the page that is
-     * not readable. */
+    /* Without a top (a stack it cannot tell: no thread's), the walk asks
+     * the kernel about each page before it reads it and stops at the same
+     * place: one question, about the page that is not readable. */
     complete = true;
     assert_int_equal(walk_counting_probes(m, 2 * page, 10, frames, &complete, &nprobes), 1 + 10);
     assert_false(complete);
