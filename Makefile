@@ -151,6 +151,9 @@ test/bin/test_check test/bin/test_guard_faults: TESTFLAGS += -rdynamic
 test/bin/prof_sites: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
 
+test/bin/prof_leaks: test/integration/prof_leaks.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
+
 test/bin/prof_sites_nopie: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fno-pie -no-pie -o $@ $< -ldl
 
@@ -217,6 +220,7 @@ GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
 BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
+                 test/bin/prof_leaks \
                  test/bin/prof_small_stack test/bin/fork_handlers test/bin/secure_env \
                  test/bin/static_sampling test/bin/small_stack_coroutine
 

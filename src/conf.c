@@ -174,6 +174,8 @@ static const struct option options[] = {
     {"prof_format", K_CHOICE, opt_prof_format, 0, 0, NULL, formats},
     {"prof_gdump", K_BOOL, &opt_prof_gdump, 0, 0, NULL, NULL},
     {"prof_guard", K_BOOL, &opt_prof_guard, 0, 0, NULL, NULL},
+    {"prof_leak", K_BOOL, &opt_prof_leak, 0, 0, NULL, NULL},
+    {"prof_leak_error", K_BOOL, &opt_prof_leak_error, 0, 0, NULL, NULL},
     {"prof_peak_pct", K_UNSIGNED, &opt_prof_peak_pct, 1, 1000, NULL, NULL},
     {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL, NULL},
     {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL, NULL},
@@ -308,6 +310,22 @@ int conf_apply(const char *opts, const char *source)
     return parse(opts, false);
 }
 
+/* prof_leak_error sets prof_leak, as in jemalloc; both report at the
+ * final dump, so without prof_final they would do nothing: said once, as
+ * jemalloc says it of prof_leak_error (a bad option for abort_conf). */
+static int check_leak_options(void)
+{
+    if (opt_prof_leak_error)
+        opt_prof_leak = true;
+    if (!opt_prof_leak || opt_prof_final)
+        return 0;
+    struct line l = {.len = 0};
+    puts0(&l, opt_prof_leak_error ? "<salloc>: prof_leak_error is set w/o prof_final."
+                                  : "<salloc>: prof_leak is set w/o prof_final.");
+    emit(&l);
+    return 1;
+}
+
 void conf_init(void)
 {
     const char *names[3] = {"malloc_conf", "MALLOC_CONF", "SALLOC_CONF"};
@@ -339,6 +357,7 @@ void conf_init(void)
         }
         bad += conf_apply(srcs[i], names[i]);
     }
+    bad += check_leak_options();
     if (bad && opt_abort_conf) {
         struct line l = {.len = 0};
         puts0(&l, "<salloc>: Abort (abort_conf:true) on invalid conf value (see above).");

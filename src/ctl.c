@@ -572,6 +572,8 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_format", T_STR, opt_prof_format),
     VAR("opt.prof_gdump", T_BOOL, opt_prof_gdump),
     VAR("opt.prof_guard", T_BOOL, opt_prof_guard),
+    VAR("opt.prof_leak", T_BOOL, opt_prof_leak),
+    VAR("opt.prof_leak_error", T_BOOL, opt_prof_leak_error),
     VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),

@@ -418,6 +418,25 @@ static struct dump_entry *collect(enum dump_kind kind, size_t *count, size_t *by
     }
 }
 
+/* The live totals of snapshot `e` (sorted here, by stack first). */
+static void live_totals(struct dump_entry *e, size_t n, struct dump_totals *t)
+{
+    sort_entries(e, n, entry_cmp);
+    *t = (struct dump_totals){.taken = true};
+    const struct prof_stack *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!e[i].live)
+            continue; /* an accumulated count alone */
+        double z = (double)e[i].usable, p = p_sampled(z, (double)e[i].rate);
+        t->objects += (double)e[i].live / p;
+        t->bytes += (double)e[i].live * z / p;
+        if (e[i].stack != last) { /* a stack's entries are next to each other */
+            t->stacks++;
+            last = e[i].stack;
+        }
+    }
+}
+
 /* The temporary file for a dump to `path`, in the same directory (so the
  * rename is atomic): <path>.tmp.<pid>, or a short name when the file
  * name would grow past NAME_MAX.  False if `path` is empty or too long. */
@@ -434,16 +453,24 @@ static bool temp_name(const char *path, char *tmp, size_t size)
     return true;
 }
 
-int dump_write(const char *path, uint64_t rate, enum dump_kind kind)
+int dump_write(const char *path, uint64_t rate, enum dump_kind kind, struct dump_totals *totals)
 {
+    if (totals)
+        totals->taken = false;
     char *tmp = scratch.tmp;
-    if (!temp_name(path, tmp, sizeof(scratch.tmp)))
+    bool named = temp_name(path, tmp, sizeof(scratch.tmp));
+    if (!named && !totals)
         return -1;
-
     size_t n, bytes;
     struct dump_entry *e = collect(kind, &n, &bytes);
     if (!e)
         return -1;
+    if (totals)
+        live_totals(e, n, totals);
+    if (!named) {
+        os_unmap(e, bytes);
+        return -1;
+    }
     bool residency = kind != DUMP_PEAK && measure(e, n, &scratch.reader);
 
     /* A new file of our own: never through a link someone planted at the

@@ -45,11 +45,20 @@ size_t prof_live_upper_bound(void);
 size_t prof_peak_snapshot(struct dump_entry *out, size_t cap);
 size_t prof_peak_count(void);
 
+/* What a dump's snapshot held live: unbiased objects and bytes, and the
+ * stacks they were allocated from (prof_leak's summary at exit). */
+struct dump_totals {
+    bool taken; /* false: no snapshot could be taken (no memory for it) */
+    double objects, bytes;
+    size_t stacks;
+};
+
 /* Writes a heap profile of kind `kind` to `path` with header rate `rate`:
  * jemalloc heap_v2, or profile.proto if `path` ends in .pb (.pb.gz:
  * gzipped).  Through `path`.tmp.<pid> and rename(): 0, or -1 with no file
- * left behind.  Caller holds the dump lock. */
-int dump_write(const char *path, uint64_t rate, enum dump_kind kind);
+ * left behind.  `totals`, if not NULL, gets the snapshot's live totals,
+ * the file written or not.  Caller holds the dump lock. */
+int dump_write(const char *path, uint64_t rate, enum dump_kind kind, struct dump_totals *totals);
 
 /* Whether /proc/self/pagemap can be read (prof.residency). */
 bool dump_residency_available(void);

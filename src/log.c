@@ -182,12 +182,28 @@ static void write_all(const char *s, size_t n)
     }
 }
 
-static void vmessage(const char *fmt, va_list ap)
+/* `prefix`, the formatted text and a newline, as one write into `line`. */
+static void vline(char *line, size_t size, const char *prefix, const char *fmt, va_list ap)
 {
-    char line[512] = "salloc: ";
-    size_t n = 8 + sa_vformat(line + 8, sizeof(line) - 9, fmt, ap);
+    size_t n = sa_format(line, size, "%s", prefix);
+    n += sa_vformat(line + n, size - n - 1, fmt, ap);
     line[n++] = '\n';
     write_all(line, n);
+}
+
+static void vmessage(const char *fmt, va_list ap)
+{
+    char line[512];
+    vline(line, sizeof(line), "salloc: ", fmt, ap);
+}
+
+void sa_report(const char *fmt, ...)
+{
+    char line[1600]; /* room for a dump's name (prof.h: up to 1,120 bytes) and more */
+    va_list ap;
+    va_start(ap, fmt);
+    vline(line, sizeof(line), "<salloc>: ", fmt, ap);
+    va_end(ap);
 }
 
 void sa_message(const char *fmt, ...)

@@ -24,6 +24,12 @@ size_t sa_format(char *buf, size_t size, const char *fmt, ...)
 /* One line to stderr, prefixed "salloc: " and ended with a newline. */
 void sa_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* One line to stderr, prefixed "<salloc>: " as salloc's option warnings
+ * are: for messages jemalloc prints in words that people and tools match
+ * (prof_leak's summary), which salloc prints in the same words.  Long
+ * enough for a dump's name. */
+void sa_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* sa_message, then abort(): for heap corruption and misuse that salloc
  * must not survive (an invalid free, a broken invariant). */
 SA_NORETURN void sa_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

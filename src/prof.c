@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h> /* fflush, before prof_leak_error's _exit */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -56,6 +57,8 @@ char opt_prof_prefix[PROF_PREFIX_MAX] = "salloc";
 char opt_prof_format[PROF_CHOICE_MAX] = "heap";
 char opt_prof_unwind[PROF_CHOICE_MAX] = "fast";
 bool opt_prof_final = false;
+bool opt_prof_leak = false;
+bool opt_prof_leak_error = false;
 bool opt_prof_accum = false;
 ssize_t opt_lg_prof_interval = -1;
 bool opt_prof_gdump = false;
@@ -1167,16 +1170,21 @@ static bool auto_name(char *path, size_t size, char kind, uint64_t *kseq)
     return true;
 }
 
-static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_kind what)
+/* The name of the last automatic dump (under dump_lock; not on a small
+ * thread's stack). */
+SA_BSS_APART static char auto_path[PROF_PREFIX_MAX + 96];
+
+static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_kind what,
+                       struct dump_totals *totals)
 {
-    /* Under dump_lock; not on a small thread's stack. */
-    SA_BSS_APART static char name[PROF_PREFIX_MAX + 96];
     if (!path) {
-        if (!auto_name(name, sizeof(name), kind, kseq))
+        if (!auto_name(auto_path, sizeof(auto_path), kind, kseq)) {
+            auto_path[0] = '\0';
             return EFAULT;
-        path = name;
+        }
+        path = auto_path;
     }
-    return dump_write(path, (uint64_t)1 << sampler_lg(), what) ? EFAULT : 0;
+    return dump_write(path, (uint64_t)1 << sampler_lg(), what, totals) ? EFAULT : 0;
 }
 
 /* A dump makes system calls that are cancellation points (open, read,
@@ -1205,7 +1213,7 @@ static int manual_dump(const char *path, enum dump_kind what)
     if (!opt_prof)
         return ENOENT;
     int state = dump_begin();
-    int rc = dump_locked(path, 'm', &mseq, what);
+    int rc = dump_locked(path, 'm', &mseq, what, NULL);
     dump_end(state);
     if (state == PTHREAD_CANCEL_ENABLE)
         pthread_testcancel(); /* nothing held now */
@@ -1220,17 +1228,53 @@ bool prof_residency(void) { return dump_residency_available(); }
 static void auto_dump(char kind, uint64_t *kseq)
 {
     int state = dump_begin();
-    dump_locked(NULL, kind, kseq, DUMP_LIVE);
+    dump_locked(NULL, kind, kseq, DUMP_LIVE, NULL);
     dump_end(state);
+}
+
+static const char *plural(unsigned long long n) { return n == 1 ? "" : "s"; }
+
+/* prof_leak: what the final dump holds, in jemalloc's words and format.
+ * The figures are the dump's own unbiased sums (each sample by its own
+ * size and rate), where jemalloc scales the totals by their mean size. */
+static void report_leaks(const struct dump_totals *t, const char *path, bool written)
+{
+    unsigned long long bytes = t->bytes > 0 ? (unsigned long long)(t->bytes + 0.5) : 0;
+    unsigned long long objects = t->objects > 0 ? (unsigned long long)(t->objects + 0.5) : 0;
+    if (!bytes)
+        return; /* nothing live: no summary, as jemalloc */
+    sa_report("Leak approximation summary: ~%llu byte%s, ~%llu object%s, >= %zu context%s", bytes,
+              plural(bytes), objects, plural(objects), t->stacks, plural(t->stacks));
+    if (written)
+        sa_report("Run jeprof on \"%s\" for leak detail", path);
+    else if (path[0])
+        sa_report("No leak detail: the final dump \"%s\" could not be written", path);
+    else
+        sa_report("No leak detail: no name for the final dump (prof.prefix)");
+    if (opt_prof_leak_error) {
+        sa_report("Exiting with error code because memory leaks were detected");
+        /* _exit: exit() again from an atexit handler is undefined.  The
+         * program's buffered output is written first, which exit() would
+         * have done after the handlers. */
+        fflush(NULL);
+        _exit(1);
+    }
 }
 
 static void final_dump(void)
 {
+    /* The final dump's name, for the summary made after dump_lock is
+     * released (it may flush stdio, which may allocate and so dump). */
+    SA_BSS_APART static char final_path[sizeof(auto_path)];
+    struct dump_totals leaks;
     int state = dump_begin();
-    dump_locked(NULL, 'f', NULL, DUMP_LIVE);
+    bool written = dump_locked(NULL, 'f', NULL, DUMP_LIVE, opt_prof_leak ? &leaks : NULL) == 0;
+    memcpy(final_path, auto_path, sizeof(final_path));
     if (opt_prof_final_peak)
-        dump_locked(NULL, 'p', NULL, DUMP_PEAK);
+        dump_locked(NULL, 'p', NULL, DUMP_PEAK, NULL);
     dump_end(state);
+    if (opt_prof_leak && leaks.taken)
+        report_leaks(&leaks, final_path, written);
 }
 
 int prof_prefix_set(const char *p)

@@ -31,6 +31,8 @@ extern char opt_prof_prefix[PROF_PREFIX_MAX]; /* automatic dump names; "salloc" 
 extern char opt_prof_format[PROF_CHOICE_MAX]; /* automatic dumps: heap, pb or pb.gz */
 extern char opt_prof_unwind[PROF_CHOICE_MAX]; /* stack walker: fast, libgcc or check */
 extern bool opt_prof_final;              /* dump at exit; default false */
+extern bool opt_prof_leak;               /* with prof_final: a leak summary at exit */
+extern bool opt_prof_leak_error;         /* ... and _exit(1) if it found any (sets prof_leak) */
 extern bool opt_prof_accum;              /* keep allocated-ever counts; default false */
 extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */
 extern bool opt_prof_gdump;              /* initial prof.gdump; default false */

@@ -233,6 +233,7 @@ static void general(struct emitter *e)
         {"opt.prof_thread_active_init", V_BOOL}, {"opt.lg_prof_sample", V_SIZE},
         {"opt.prof_accum", V_BOOL}, {"opt.lg_prof_interval", V_SSIZE},
         {"opt.prof_gdump", V_BOOL}, {"opt.prof_final", V_BOOL},
+        {"opt.prof_leak", V_BOOL}, {"opt.prof_leak_error", V_BOOL},
     };
     obj_begin(e, "opt", "Run-time option settings");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)

@@ -37,7 +37,7 @@ static const char defaults[] =
     "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
     "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
-    "lg_prof_guard_every:-1,thp:auto";
+    "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false";
 
 static void reset(void)
 {
@@ -116,13 +116,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(bad >= 0);
     check_options();
     /* conf_init() aborts, as it should, exactly when this source has a bad
-     * pair and leaves abort_conf set: keep to the other inputs. */
-    bool would_abort = bad > 0 && opt_abort_conf;
+     * pair, or asks for a leak summary without the final dump it comes
+     * with, and leaves abort_conf set: keep to the other inputs. */
+    bool leak_without_final = (opt_prof_leak || opt_prof_leak_error) && !opt_prof_final;
+    bool would_abort = (bad > 0 || leak_without_final) && opt_abort_conf;
     reset();
     if (!would_abort) {
         set_salloc_conf(opts, size);
         conf_init();
         check_options();
+        FUZZ_CHECK(!opt_prof_leak_error || opt_prof_leak); /* the one implies the other */
         reset();
     }
     free(opts);

@@ -1,0 +1,67 @@
+/*
+ * prof_leaks.c: a program that leaks from two known sites, run with salloc
+ * preloaded by test_prof.c to check prof_leak's summary at exit.
+ *
+ *   prof_leaks leak   keeps, until exit:
+ *                       site_leak_small  20000 x 1000 B (usable 1 KiB)
+ *                       site_leak_large    200 x 100000 B
+ *   prof_leaks none   allocates the same and frees all of it
+ *
+ * Prints (to stdout, fully buffered in a static buffer: nothing of stdio
+ * stays allocated, and the line is still in the buffer at exit, where
+ * prof_leak_error's exit must not lose it)
+ *   "truth <bytes> <objects> leak <opt.prof_leak> <opt.prof_leak_error>"
+ * with the usable bytes and objects it leaves live.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+static void *(*volatile do_malloc)(size_t) = malloc;
+
+__attribute__((noinline)) void *site_leak_small(void) { void *p = do_malloc(1000); KEEP(p); return p; }
+__attribute__((noinline)) void *site_leak_large(void) { void *p = do_malloc(100000); KEEP(p); return p; }
+
+static bool opt(mallctl_fn mallctl, const char *name)
+{
+    bool v = false;
+    size_t len = sizeof(v);
+    return mallctl && mallctl(name, &v, &len, NULL, 0) == 0 && v;
+}
+
+int main(int argc, char **argv)
+{
+    static char out[4096];
+    setvbuf(stdout, out, _IOFBF, sizeof(out));
+    bool leak = argc > 1 && !strcmp(argv[1], "leak");
+    static void *small[20000], *large[200];
+    size_t bytes = 0, objects = 0;
+    for (int i = 0; i < 20000; i++) {
+        small[i] = site_leak_small();
+        bytes += malloc_usable_size(small[i]);
+    }
+    for (int i = 0; i < 200; i++) {
+        large[i] = site_leak_large();
+        bytes += malloc_usable_size(large[i]);
+    }
+    objects = 20200;
+    if (!leak) {
+        for (int i = 0; i < 20000; i++)
+            free(small[i]);
+        for (int i = 0; i < 200; i++)
+            free(large[i]);
+        bytes = objects = 0;
+    }
+    mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+    printf("truth %zu %zu leak %d %d\n", bytes, objects, opt(mallctl, "opt.prof_leak"),
+           opt(mallctl, "opt.prof_leak_error"));
+    return 0; /* the line is still in `out`: exit() flushes it */
+}
