@@ -4,7 +4,7 @@
  * value parses and where it goes.
  *
  * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check,
- * opt_background_thread and opt_thp; assigns the profiling options of prof.h (prof.c defines them)
+ * opt_background_thread, opt_thp and opt_stats_print(_opts); assigns the profiling options of prof.h (prof.c defines them)
  * before prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
@@ -30,6 +30,8 @@ bool opt_confirm_conf = false;
 bool opt_check = false;
 bool opt_background_thread = false;
 char opt_thp[CONF_CHOICE_MAX] = "auto";
+bool opt_stats_print = false;
+char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
@@ -134,6 +136,7 @@ enum kind {
     K_SIGNED,    /* lo..hi, else out of range */
     K_STRING,    /* copied into a PROF_PREFIX_MAX array; longer is out of range */
     K_CHOICE,    /* one of `choices`, copied into a CONF_CHOICE_MAX array */
+    K_FLAGS,     /* letters of choices[0], each kept once, into a CONF_FLAGS_MAX array */
 };
 _Static_assert(PROF_CHOICE_MAX == CONF_CHOICE_MAX, "K_CHOICE copies into arrays of one size");
 
@@ -149,6 +152,10 @@ struct option {
 static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
 static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
 static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
+/* malloc_stats_print's letters (jemalloc's; salloc has nothing of its own
+ * to leave out for m, d, l, x, e and h). */
+static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
+_Static_assert(sizeof("Jgmdablxeh") <= CONF_FLAGS_MAX, "every letter once fits");
 
 static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
 
@@ -181,6 +188,8 @@ static const struct option options[] = {
     {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL, NULL},
     {"prof_unwind", K_CHOICE, opt_prof_unwind, 0, 0, NULL, unwinders},
     {"retain", K_TRUE, NULL, 0, 0, NULL, NULL},
+    {"stats_print", K_BOOL, &opt_stats_print, 0, 0, NULL, NULL},
+    {"stats_print_opts", K_FLAGS, opt_stats_print_opts, 0, 0, NULL, stats_letters},
     {"tcache", K_TRUE, NULL, 0, 0, NULL, NULL},
     {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
 };
@@ -214,6 +223,19 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
                 return V_OK;
             }
         return V_INVALID;
+    case K_FLAGS: {
+        char kept[CONF_FLAGS_MAX];
+        size_t n = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (!memchr(o->choices[0], v[i], strlen(o->choices[0])))
+                return V_INVALID; /* the option keeps its value */
+            if (!memchr(kept, v[i], n))
+                kept[n++] = v[i];
+        }
+        memcpy(o->var, kept, n);
+        ((char *)o->var)[n] = '\0';
+        return V_OK;
+    }
     case K_UNSIGNED:
     case K_CLIP:
         if ((r = parse_int(v, len, false, NULL, &u)) != V_OK)

@@ -34,6 +34,11 @@ extern bool opt_background_thread;
  * system's setting).  Fixed once set-up is done. */
 #define CONF_CHOICE_MAX 8
 extern char opt_thp[CONF_CHOICE_MAX];
+/* malloc_stats_print(NULL, NULL, opt_stats_print_opts) at exit (man/salloc.3,
+ * opt.stats_print); the letters are malloc_stats_print's, each once. */
+#define CONF_FLAGS_MAX 16
+extern bool opt_stats_print;
+extern char opt_stats_print_opts[CONF_FLAGS_MAX];
 
 void conf_init(void);
 

@@ -579,6 +579,8 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
     VAR("opt.prof_unwind", T_STR, opt_prof_unwind),
     CONST("opt.retain", T_BOOL, 1),
+    VAR("opt.stats_print", T_BOOL, opt_stats_print),
+    VAR("opt.stats_print_opts", T_STR, opt_stats_print_opts),
     CONST("opt.tcache", T_BOOL, 1),
     VAR("opt.thp", T_STR, opt_thp),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),

@@ -34,6 +34,10 @@
  * readers grepping for a name do). */
 bool ctl_table_ok(void);
 
+/* opt.stats_print: malloc_stats_print(NULL, NULL, opt.stats_print_opts),
+ * which init.c registers with atexit() at set-up (stats.c). */
+void stats_print_at_exit(void);
+
 /* fork.c: the statistics snapshot's lock. */
 void ctl_prefork(void);
 void ctl_postfork_parent(void);

@@ -14,9 +14,11 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 
 #include "background.h"
 #include "conf.h"
+#include "ctl.h"
 #include "dump.h"
 #include "fork.h"
 #include "pagemap.h"
@@ -60,6 +62,8 @@ static bool global_init(void)
             sampler_check_every_allocation();
         }
         prof_boot();
+        if (opt_stats_print) /* only the function's address: its cold page stays unmapped */
+            atexit(stats_print_at_exit);
         pthread_key_create(&exit_key, thread_exit);
         fork_init();
         background_boot(); /* the thread itself only after set-up */

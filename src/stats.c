@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "../include/salloc.h"
+#include "conf.h"
+#include "ctl.h"
 #include "log.h"
 #include "util.h"
 
@@ -234,6 +236,7 @@ static void general(struct emitter *e)
         {"opt.prof_accum", V_BOOL}, {"opt.lg_prof_interval", V_SSIZE},
         {"opt.prof_gdump", V_BOOL}, {"opt.prof_final", V_BOOL},
         {"opt.prof_leak", V_BOOL}, {"opt.prof_leak_error", V_BOOL},
+        {"opt.stats_print", V_BOOL}, {"opt.stats_print_opts", V_STR},
     };
     obj_begin(e, "opt", "Run-time option settings");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
@@ -378,3 +381,5 @@ SA_EXPORT void malloc_stats_print(void (*write_cb)(void *, const char *), void *
     flush(&e);
     errno = saved;
 }
+
+void stats_print_at_exit(void) { malloc_stats_print(NULL, NULL, opt_stats_print_opts); }

@@ -37,7 +37,8 @@ static const char defaults[] =
     "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
     "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
-    "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false";
+    "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
+    "stats_print:false,stats_print_opts:";
 
 static void reset(void)
 {
@@ -72,6 +73,13 @@ static void check_options(void)
     FUZZ_CHECK(opt_prof_peak_pct >= 1 && opt_prof_peak_pct <= 1000);
     FUZZ_CHECK(opt_dirty_decay_ms >= -1 && opt_dirty_decay_ms <= LONG_MAX / 1000000);
     FUZZ_CHECK(pageheap_decay_ms() == opt_dirty_decay_ms);
+    /* malloc_stats_print's letters, each at most once. */
+    size_t n = strnlen(opt_stats_print_opts, sizeof(opt_stats_print_opts));
+    FUZZ_CHECK(n < sizeof(opt_stats_print_opts));
+    for (size_t i = 0; i < n; i++) {
+        FUZZ_CHECK(strchr("Jgmdablxeh", opt_stats_print_opts[i]) != NULL);
+        FUZZ_CHECK(!memchr(opt_stats_print_opts, opt_stats_print_opts[i], i));
+    }
 }
 
 /* conf_init() reads SALLOC_CONF with getenv().  setenv() would keep a copy

@@ -39,7 +39,7 @@ static int reset(void **state)
     int bad = conf_apply("confirm_conf:false,prof:true,prof_active:true,prof_thread_active_init:true,"
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
-                         "prof_leak:false,prof_leak_error:false,"
+                         "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
                          "thp:auto",
                          "reset");
@@ -70,6 +70,13 @@ static void test_conf_every_key_accepted(void **state)
     assert_int_equal(apply("prof_leak:true,prof_leak_error:true"), 0);
     assert_true(opt_prof_leak);
     assert_true(opt_prof_leak_error);
+    assert_int_equal(apply("stats_print:true,stats_print_opts:Jgmdablxeh"), 0);
+    assert_true(opt_stats_print);
+    assert_string_equal(opt_stats_print_opts, "Jgmdablxeh");
+    assert_int_equal(apply("stats_print_opts:bJbJ"), 0); /* each letter once */
+    assert_string_equal(opt_stats_print_opts, "bJ");
+    assert_int_equal(apply("stats_print_opts:"), 0);
+    assert_string_equal(opt_stats_print_opts, "");
     assert_int_equal(apply("prof_format:pb.gz,prof_unwind:libgcc"), 0);
     assert_string_equal(opt_prof_format, "pb.gz");
     assert_string_equal(opt_prof_unwind, "libgcc");
@@ -114,6 +121,8 @@ static void test_conf_diagnostics(void **state)
         {"prof_format:pb.gzip", "<salloc>: Invalid conf value: prof_format:pb.gzip\n"},
         {"thp:madvise", "<salloc>: Invalid conf value: thp:madvise\n"},
         {"prof_leak:yes", "<salloc>: Invalid conf value: prof_leak:yes\n"},
+        {"stats_print_opts:Jz", "<salloc>: Invalid conf value: stats_print_opts:Jz\n"},
+        {"stats_print_opts:J g", "<salloc>: Invalid conf value: stats_print_opts:J g\n"},
         {"prof-x:true", "<salloc>: Malformed conf string at \"prof-x:true\"\n"},
         {"prof", "<salloc>: Malformed conf string at \"prof\"\n"},
         {":true", "<salloc>: Malformed conf string at \":true\"\n"},
