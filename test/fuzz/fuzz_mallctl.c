@@ -68,6 +68,7 @@ static const struct {
     {"opt.prof_format", S_READ},
     {"opt.prof_prefix", S_READ},
     {"opt.prof_unwind", S_READ},
+    {"opt.stats_print_opts", S_READ},
     {"opt.thp", S_READ},
     {"prof.dump", S_WRITE | S_PATH},
     {"prof.dump_fragmentation", S_WRITE | S_PATH},
