@@ -576,6 +576,7 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_leak_error", T_BOOL, opt_prof_leak_error),
     VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
+    VAR("opt.prof_sys_thread_name", T_BOOL, opt_prof_sys_thread_name),
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
     VAR("opt.prof_unwind", T_STR, opt_prof_unwind),
     CONST("opt.retain", T_BOOL, 1),

@@ -10,6 +10,7 @@
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,16 @@ size_t os_page_size(void)
     if (!page)
         page = (size_t)sysconf(_SC_PAGESIZE);
     return page;
+}
+
+bool os_thread_name(char *buf)
+{
+    int saved = errno; /* a sample must not change it */
+    buf[0] = '\0';
+    bool ok = prctl(PR_GET_NAME, buf) == 0;
+    buf[OS_THREAD_NAME_MAX - 1] = '\0';
+    errno = saved;
+    return ok;
 }
 
 uint64_t os_now_ns(void)

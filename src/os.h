@@ -96,4 +96,10 @@ uint64_t os_now_ns(void);
 /* Wall-clock time in nanoseconds since the Unix epoch (dump time stamps). */
 uint64_t os_wall_ns(void);
 
+/* The calling thread's name as the kernel keeps it (prctl PR_GET_NAME: what
+ * pthread_setname_np set, or the program's name), NUL-terminated in
+ * buf[OS_THREAD_NAME_MAX]; false (buf "") if it cannot be read. */
+#define OS_THREAD_NAME_MAX 16
+bool os_thread_name(char *buf);
+
 #endif

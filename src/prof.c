@@ -59,6 +59,7 @@ char opt_prof_unwind[PROF_CHOICE_MAX] = "fast";
 bool opt_prof_final = false;
 bool opt_prof_leak = false;
 bool opt_prof_leak_error = false;
+bool opt_prof_sys_thread_name = false;
 bool opt_prof_accum = false;
 ssize_t opt_lg_prof_interval = -1;
 bool opt_prof_gdump = false;
@@ -336,19 +337,42 @@ void prof_thread_active_set(bool on)
     sampler_refresh(tc);
 }
 
+/* isgraph() || isblank() in the C locale: what a thread's name may hold
+ * (dumps write it into lines and labels). */
+static bool name_char(char c) { return (c > ' ' && c < 0x7f) || c == ' ' || c == '\t'; }
+
+/* opt.prof_sys_thread_name: the name the kernel has for the calling thread
+ * (pthread_setname_np's), read at each sample, as it may change at any
+ * time; a character a name may not hold becomes '?'. */
+static void name_from_system(struct tcache *tc)
+{
+    char name[OS_THREAD_NAME_MAX];
+    os_thread_name(name);
+    size_t n = 0;
+    for (; name[n]; n++)
+        tc->prof.name[n] = name_char(name[n]) ? name[n] : '?';
+    tc->prof.name[n] = '\0';
+}
+_Static_assert(sizeof(((struct tcache *)0)->prof.name) >= OS_THREAD_NAME_MAX,
+               "a kernel thread name fits");
+
 const char *prof_thread_name_get(void)
 {
     struct tcache *tc = init_current_cache();
+    if (tc && opt_prof_sys_thread_name)
+        name_from_system(tc);
     return tc ? tc->prof.name : "";
 }
 
 int prof_thread_name_set(const char *name)
 {
+    if (opt_prof_sys_thread_name)
+        return ENOENT; /* the kernel's names, as jemalloc */
     if (!name)
         return EFAULT;
     for (const char *c = name; *c; c++)
-        if (!((*c > ' ' && *c < 0x7f) || *c == ' ' || *c == '\t'))
-            return EFAULT; /* isgraph() || isblank() in the C locale */
+        if (!name_char(*c))
+            return EFAULT;
     struct tcache *tc = init_thread_cache();
     if (!tc)
         return EAGAIN;
@@ -731,6 +755,8 @@ static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_f
     if (tc->prof.in_prof)
         return NULL;
     tc->prof.in_prof = true;
+    if (unlikely(opt_prof_sys_thread_name)) /* a system call: before any lock */
+        name_from_system(tc);
     struct prof_stack *st = from ? walk_and_intern_memo(tc, from) : walk_and_intern();
     if (!st) { /* no memory for the stack's record: this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);

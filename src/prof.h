@@ -33,6 +33,7 @@ extern char opt_prof_unwind[PROF_CHOICE_MAX]; /* stack walker: fast, libgcc or c
 extern bool opt_prof_final;              /* dump at exit; default false */
 extern bool opt_prof_leak;               /* with prof_final: a leak summary at exit */
 extern bool opt_prof_leak_error;         /* ... and _exit(1) if it found any (sets prof_leak) */
+extern bool opt_prof_sys_thread_name;    /* thread names from the kernel, at each sample */
 extern bool opt_prof_accum;              /* keep allocated-ever counts; default false */
 extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */
 extern bool opt_prof_gdump;              /* initial prof.gdump; default false */

@@ -236,6 +236,7 @@ static void general(struct emitter *e)
         {"opt.prof_accum", V_BOOL}, {"opt.lg_prof_interval", V_SSIZE},
         {"opt.prof_gdump", V_BOOL}, {"opt.prof_final", V_BOOL},
         {"opt.prof_leak", V_BOOL}, {"opt.prof_leak_error", V_BOOL},
+        {"opt.prof_sys_thread_name", V_BOOL},
         {"opt.stats_print", V_BOOL}, {"opt.stats_print_opts", V_STR},
     };
     obj_begin(e, "opt", "Run-time option settings");

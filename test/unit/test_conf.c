@@ -40,6 +40,7 @@ static int reset(void **state)
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
+                         "prof_sys_thread_name:false,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
                          "thp:auto",
                          "reset");
@@ -67,6 +68,8 @@ static void test_conf_every_key_accepted(void **state)
     assert_true(opt_prof_gdump);
     assert_int_equal(opt_dirty_decay_ms, 500);
     assert_int_equal(pageheap_decay_ms(), 500);
+    assert_int_equal(apply("prof_sys_thread_name:true"), 0);
+    assert_true(opt_prof_sys_thread_name);
     assert_int_equal(apply("prof_leak:true,prof_leak_error:true"), 0);
     assert_true(opt_prof_leak);
     assert_true(opt_prof_leak_error);

@@ -4,6 +4,7 @@
  * MIB round trips, the statistics' order and growth, and the report's
  * shape in text and JSON.
  */
+#define _GNU_SOURCE /* pthread_getname_np, pthread_setname_np */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -235,6 +236,58 @@ static void test_ctl_thread_prof_name(void **state)
     assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
     assert_int_equal(mallctl("thread.prof.name", &got, &len, NULL, 0), 0);
     assert_string_equal(got, "");
+}
+
+/* The sample of `p`, taken in this epoch, from a snapshot. */
+static const struct dump_entry *sample_of(const void *p)
+{
+    static struct dump_entry entries[4096];
+    size_t n = prof_snapshot(entries, 4096);
+    for (size_t i = 0; i < n; i++)
+        if (entries[i].ptr == p)
+            return &entries[i];
+    return NULL;
+}
+
+/* opt.prof_sys_thread_name: the kernel's name for the thread, read at each
+ * sample and at each read of thread.prof.name, which cannot be written. */
+static void test_ctl_thread_names_from_the_system(void **state)
+{
+    (void)state;
+    char was[16];
+    assert_int_equal(pthread_getname_np(pthread_self(), was, sizeof(was)), 0);
+    size_t saved_lg = prof_lg_sample_get();
+    prof_reset(0); /* R = 1: every allocation is sampled */
+    opt_prof_sys_thread_name = true;
+
+    assert_int_equal(pthread_setname_np(pthread_self(), "sys-name\x01x"), 0);
+    const char *got = NULL, *name = "mine";
+    size_t len = sizeof(got);
+    assert_int_equal(mallctl("thread.prof.name", &got, &len, NULL, 0), 0);
+    assert_string_equal(got, "sys-name?x"); /* no control characters in dumps */
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), ENOENT);
+    void *a = malloc(100);
+    assert_int_equal(pthread_setname_np(pthread_self(), "renamed"), 0);
+    void *b = malloc(100); /* the name as it is now, not as last read */
+    const struct dump_entry *ea = sample_of(a), *eb = sample_of(b);
+    assert_non_null(ea);
+    assert_non_null(eb);
+    assert_string_equal(ea->thread, "sys-name?x");
+    assert_string_equal(eb->thread, "renamed");
+
+    opt_prof_sys_thread_name = false;
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
+    void *c = malloc(100);
+    const struct dump_entry *ec = sample_of(c);
+    assert_non_null(ec);
+    assert_string_equal(ec->thread, "mine");
+    name = "";
+    assert_int_equal(mallctl("thread.prof.name", NULL, NULL, &name, sizeof(name)), 0);
+    free(a);
+    free(b);
+    free(c);
+    prof_reset(saved_lg);
+    pthread_setname_np(pthread_self(), was);
 }
 
 static void test_ctl_prof_switches(void **state)
@@ -732,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_ctl_efault),
         cmocka_unit_test(test_ctl_tcache_flush_without_cache),
         cmocka_unit_test(test_ctl_thread_prof_name),
+        cmocka_unit_test(test_ctl_thread_names_from_the_system),
         cmocka_unit_test(test_ctl_prof_switches),
         cmocka_unit_test(test_ctl_prof_switches_written_at_once),
         cmocka_unit_test(test_ctl_prof_disabled),
