@@ -165,7 +165,7 @@ void background_start_deferred(void)
     int saved = errno; /* the allocation's, for its caller */
     pthread_mutex_lock(&control);
     if (start_locked() != 0)
-        sa_message("background_thread: could not create the thread; decay stays inline");
+        sa_warn("background_thread: could not create the thread; decay stays inline");
     pthread_mutex_unlock(&control);
     errno = saved;
 }

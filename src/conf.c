@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "pageheap.h"
 #include "prof.h"
 #include "util.h"
@@ -163,6 +164,7 @@ static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
  * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
  * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
 static const struct option options[] = {
+    {"abort", K_BOOL, &opt_abort, 0, 0, NULL, NULL},
     {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL, NULL},
     {"background_thread", K_BOOL, &opt_background_thread, 0, 0, NULL, NULL},
     {"check", K_BOOL, &opt_check, 0, 0, NULL, NULL},

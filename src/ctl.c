@@ -32,6 +32,7 @@
 #include "dump.h"
 #include "init.h"
 #include "lock.h"
+#include "log.h"
 #include "meta.h"
 #include "pageheap.h"
 #include "pagemap.h"
@@ -554,6 +555,7 @@ static const struct ctl_row table[] = {
     CONST("config.utrace", T_BOOL, 0),
     CONST("config.xmalloc", T_BOOL, 0),
     FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
+    VAR("opt.abort", T_BOOL, opt_abort),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
     VAR("opt.background_thread", T_BOOL, opt_background_thread),
     VAR("opt.check", T_BOOL, opt_check),

@@ -21,6 +21,7 @@
 #include "ctl.h"
 #include "dump.h"
 #include "fork.h"
+#include "log.h"
 #include "pagemap.h"
 #include "sampler.h"
 #include "tcache.h"
@@ -62,8 +63,9 @@ static bool global_init(void)
             sampler_check_every_allocation();
         }
         prof_boot();
-        if (opt_stats_print) /* only the function's address: its cold page stays unmapped */
-            atexit(stats_print_at_exit);
+        /* Only the function's address: its cold page stays unmapped. */
+        if (opt_stats_print && atexit(stats_print_at_exit) != 0)
+            sa_warn("stats_print: atexit() failed: no report at exit");
         pthread_key_create(&exit_key, thread_exit);
         fork_init();
         background_boot(); /* the thread itself only after set-up */

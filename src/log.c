@@ -197,6 +197,18 @@ static void vmessage(const char *fmt, va_list ap)
     vline(line, sizeof(line), "salloc: ", fmt, ap);
 }
 
+bool opt_abort = false;
+
+void sa_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(fmt, ap);
+    va_end(ap);
+    if (opt_abort)
+        abort();
+}
+
 void sa_report(const char *fmt, ...)
 {
     char line[1600]; /* room for a dump's name (prof.h: up to 1,120 bytes) and more */

@@ -24,6 +24,15 @@ size_t sa_format(char *buf, size_t size, const char *fmt, ...)
 /* One line to stderr, prefixed "salloc: " and ended with a newline. */
 void sa_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* opt.abort: a warning (sa_warn) ends the process with abort(), as in
+ * jemalloc; false by default.  Set by conf.c. */
+extern bool opt_abort;
+
+/* A warning: sa_message, then abort() under opt.abort.  For what salloc
+ * can carry on without but the program should hear of (a background
+ * thread or an exit-time report it could not set up). */
+void sa_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* One line to stderr, prefixed "<salloc>: " as salloc's option warnings
  * are: for messages jemalloc prints in words that people and tools match
  * (prof_leak's summary), which salloc prints in the same words.  Long

@@ -201,8 +201,8 @@ void prof_boot(void)
     os_thp_always(); /* read now: never first inside a sample */
     if (opt_prof_guard || opt_lg_prof_guard_every >= 0)
         guard_install_handler();
-    if ((opt_prof_final || opt_prof_final_peak) && prefix[0])
-        atexit(final_dump);
+    if ((opt_prof_final || opt_prof_final_peak) && prefix[0] && atexit(final_dump) != 0)
+        sa_warn("prof_final: atexit() failed: no dump at exit");
 }
 
 void prof_thread_init(struct tcache *tc)

@@ -228,7 +228,7 @@ static void general(struct emitter *e)
     obj_end(e);
 
     static const struct { const char *name; enum vtype t; } opts[] = {
-        {"opt.abort_conf", V_BOOL}, {"opt.confirm_conf", V_BOOL},
+        {"opt.abort", V_BOOL}, {"opt.abort_conf", V_BOOL}, {"opt.confirm_conf", V_BOOL},
         {"opt.narenas", V_UNSIGNED}, {"opt.tcache", V_BOOL}, {"opt.retain", V_BOOL},
         {"opt.dirty_decay_ms", V_SSIZE}, {"opt.muzzy_decay_ms", V_SSIZE},
         {"opt.prof", V_BOOL}, {"opt.prof_prefix", V_STR}, {"opt.prof_active", V_BOOL},

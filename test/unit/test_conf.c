@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "log.h"
 #include "prof.h"
 #include "unit.h"
 
@@ -40,7 +41,7 @@ static int reset(void **state)
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
-                         "prof_sys_thread_name:false,"
+                         "prof_sys_thread_name:false,abort:false,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
                          "thp:auto",
                          "reset");
@@ -68,6 +69,8 @@ static void test_conf_every_key_accepted(void **state)
     assert_true(opt_prof_gdump);
     assert_int_equal(opt_dirty_decay_ms, 500);
     assert_int_equal(pageheap_decay_ms(), 500);
+    assert_int_equal(apply("abort:true"), 0);
+    assert_true(opt_abort);
     assert_int_equal(apply("prof_sys_thread_name:true"), 0);
     assert_true(opt_prof_sys_thread_name);
     assert_int_equal(apply("prof_leak:true,prof_leak_error:true"), 0);
@@ -255,6 +258,44 @@ static void test_conf_init_sources(void **state)
     assert_string_equal(out, "");
 }
 
+/* A warning in a child under abort:`on`: the child's exit status, its
+ * stderr in `out`. */
+static int child_warn(const char *on)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 2);
+        char opts[32];
+        snprintf(opts, sizeof(opts), "abort:%s", on);
+        conf_apply(opts, "test");
+        sa_warn("a warning: %d", 7);
+        _exit(0);
+    }
+    close(p[1]);
+    ssize_t n = read(p[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(p[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+/* abort:true makes a warning end the process; by default it carries on. */
+static void test_conf_abort_on_warnings(void **state)
+{
+    (void)state;
+    int status = child_warn("false");
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_string_equal(out, "salloc: a warning: 7\n");
+    status = child_warn("true");
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+    assert_string_equal(out, "salloc: a warning: 7\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +306,7 @@ int main(void)
         cmocka_unit_test_teardown(test_conf_integers_and_clipping, reset),
         cmocka_unit_test_teardown(test_conf_confirm, reset),
         cmocka_unit_test_teardown(test_conf_init_sources, reset),
+        cmocka_unit_test_teardown(test_conf_abort_on_warnings, reset),
     };
     return cmocka_run_group_tests_name("conf", tests, NULL, NULL);
 }
