@@ -508,6 +508,17 @@ static int ctl_tcache_flush(const struct ctl_ctx *cx, union ctl_val *old, const 
     return 0;
 }
 
+/* thread.idle: the thread will be idle for a while: its cache goes back,
+ * and then a decay pass (arena.<i>.decay) lets go of what is due.  A
+ * thread with no cache has nothing of its own to give back: still 0. */
+static int ctl_thread_idle(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    struct tcache *tc = init_current_cache();
+    if (had_cache && tc)
+        tcache_flush_all(tc);
+    return ctl_decay(cx, old, new);
+}
+
 /* background_thread: 0, or EFAULT if the thread could not be created
  * (spec/mallctl.md: a start or stop that failed). */
 static int ctl_background_thread(const struct ctl_ctx *cx, union ctl_val *old,
@@ -541,6 +552,7 @@ static const struct ctl_row table[] = {
     CONST("arenas.nbins", T_UNSIGNED, SA_NUM_CLASSES - 1),
     CONST("arenas.page", T_SIZE, SA_PAGE_SIZE),
     CONST("arenas.quantum", T_SIZE, 16),
+    CONST("arenas.tcache_max", T_SIZE, SA_MAX_SMALL),
     FN("background_thread", T_BOOL, A_RW, ctl_background_thread, 0),
     CONST("config.cache_oblivious", T_BOOL, 0),
     CONST("config.debug", T_BOOL, SA_DEBUG_BUILD),
@@ -585,6 +597,7 @@ static const struct ctl_row table[] = {
     VAR("opt.stats_print", T_BOOL, opt_stats_print),
     VAR("opt.stats_print_opts", T_STR, opt_stats_print_opts),
     CONST("opt.tcache", T_BOOL, 1),
+    CONST("opt.tcache_max", T_SIZE, SA_MAX_SMALL), /* every small class is cached */
     VAR("opt.thp", T_STR, opt_thp),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
     FN("prof.dump", T_STR, A_W, ctl_prof_dump, G_PROF_ALL),
@@ -620,6 +633,7 @@ static const struct ctl_row table[] = {
     FN("thread.allocated", T_UINT64, A_R, ctl_thread_allocated, 0),
     FN("thread.arena", T_UNSIGNED, A_RW, ctl_thread_arena, 0),
     FN("thread.deallocated", T_UINT64, A_R, ctl_thread_deallocated, 0),
+    FN("thread.idle", T_VOID, A_NONE, ctl_thread_idle, 0),
     FN("thread.prof.active", T_BOOL, A_RW, ctl_thread_prof_active, G_PROF_WRITE),
     FN("thread.prof.name", T_STR, A_RX, ctl_thread_prof_name, G_PROF_ALL),
     FN("thread.tcache.flush", T_VOID, A_NONE, ctl_tcache_flush, 0),

@@ -17,7 +17,9 @@
 #include "../../include/salloc.h"
 #include "ctl.h"
 #include "dump.h"
+#include "init.h"
 #include "prof.h"
+#include "tcache.h"
 #include "unit.h"
 
 static size_t read_z(const char *name)
@@ -222,6 +224,64 @@ static void test_ctl_tcache_flush_without_cache(void **state)
     assert_int_equal(pthread_create(&t, NULL, flush_in_new_thread, &rc), 0);
     pthread_join(t, NULL);
     assert_int_equal(rc, EFAULT);
+}
+
+static void *idle_in_new_thread(void *arg)
+{
+    *(int *)arg = mallctl("thread.idle", NULL, NULL, NULL, 0);
+    return NULL;
+}
+
+/* thread.idle: the thread's cache given back (and a decay pass); a thread
+ * with no cache may say so too.  An action: no value either way. */
+static void test_ctl_thread_idle(void **state)
+{
+    (void)state;
+    static void *p[512];
+    for (int i = 0; i < 512; i++)
+        p[i] = malloc(i % 2 ? 64 : 2000);
+    for (int i = 0; i < 512; i++)
+        free(p[i]);
+    struct tcache *tc = init_current_cache();
+    assert_non_null(tc);
+    assert_true(tcache_cached_bytes(tc) > 0);
+    assert_int_equal(mallctl("thread.idle", NULL, NULL, NULL, 0), 0);
+    assert_int_equal(tcache_cached_bytes(tc), 0);
+    int x = 0;
+    size_t len = sizeof(x);
+    assert_int_equal(mallctl("thread.idle", &x, &len, NULL, 0), EPERM);
+    assert_int_equal(mallctl("thread.idle", NULL, NULL, &x, sizeof(x)), EPERM);
+    pthread_t t;
+    int rc = -1;
+    assert_int_equal(pthread_create(&t, NULL, idle_in_new_thread, &rc), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(rc, 0);
+}
+
+/* opt.tcache_max and arenas.tcache_max: every small class is cached, up to
+ * the largest. */
+static void test_ctl_tcache_max(void **state)
+{
+    (void)state;
+    size_t opt = 0, arenas = 0, largest = 0, len = sizeof(size_t);
+    unsigned nbins = 0;
+    size_t ulen = sizeof(nbins);
+    assert_int_equal(mallctl("opt.tcache_max", &opt, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("arenas.tcache_max", &arenas, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("arenas.nbins", &nbins, &ulen, NULL, 0), 0);
+    char name[64];
+    snprintf(name, sizeof(name), "arenas.bin.%u.size", nbins - 1);
+    assert_int_equal(mallctl(name, &largest, &len, NULL, 0), 0);
+    assert_int_equal(opt, largest);
+    assert_int_equal(arenas, largest);
+    bool off = false, on = true;
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &off, sizeof(off)), 0);
+    void *a = malloc(largest); /* unsampled: a block of the class, not a mapping */
+    free(a);
+    void *b = malloc(largest); /* from the thread's cache: the block just freed */
+    assert_ptr_equal(a, b);
+    free(b);
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &on, sizeof(on)), 0);
 }
 
 static void test_ctl_thread_prof_name(void **state)
@@ -784,6 +844,8 @@ int main(void)
         cmocka_unit_test(test_ctl_eperm),
         cmocka_unit_test(test_ctl_efault),
         cmocka_unit_test(test_ctl_tcache_flush_without_cache),
+        cmocka_unit_test(test_ctl_thread_idle),
+        cmocka_unit_test(test_ctl_tcache_max),
         cmocka_unit_test(test_ctl_thread_prof_name),
         cmocka_unit_test(test_ctl_thread_names_from_the_system),
         cmocka_unit_test(test_ctl_prof_switches),
