@@ -1271,8 +1271,9 @@ static void report_leaks(const struct dump_totals *t, const char *path, bool wri
         return; /* nothing live: no summary, as jemalloc */
     sa_report("Leak approximation summary: ~%llu byte%s, ~%llu object%s, >= %zu context%s", bytes,
               plural(bytes), objects, plural(objects), t->stacks, plural(t->stacks));
-    if (written)
-        sa_report("Run jeprof on \"%s\" for leak detail", path);
+    if (written) /* jeprof reads heap_v2, pprof profile.proto */
+        sa_report("Run %s on \"%s\" for leak detail", opt_prof_format[0] == 'p' ? "pprof" : "jeprof",
+                  path);
     else if (path[0])
         sa_report("No leak detail: the final dump \"%s\" could not be written", path);
     else

@@ -474,6 +474,16 @@ static void test_prof_leak_summary_at_exit(void **state)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_non_null(strstr(path, ".f.heap"));
+    /* A profile.proto final dump is pprof's to read. */
+    leak_conf(conf, sizeof(conf), "leak_pb", "prof_leak:true,prof_final:true,prof_format:pb.gz");
+    run_leaks(&l, "leak", conf);
+    assert_int_equal(l.r.status, 0);
+    assert_true(l.summary);
+    detail = strstr(l.r.err, "<salloc>: Run pprof on \"");
+    assert_non_null(detail);
+    assert_int_equal(sscanf(detail, "<salloc>: Run pprof on \"%4199[^\"]\"", path), 1);
+    assert_int_equal(stat(path, &st), 0);
+    assert_non_null(strstr(path, ".f.pb.gz"));
 }
 
 /* At a sample every 4 KiB the summary is the dump's unbiased estimate:
