@@ -26,12 +26,15 @@
 #include "cli.h"
 
 static const char run_usage[] =
-    "usage: salloc run [-r RATE] [-o PREFIX] [--interval BYTES] [--peak] -- PROGRAM [ARGS...]\n"
+    "usage: salloc run [-r RATE] [-o PREFIX] [--interval BYTES] [--peak] [--leaks | --leak-check]\n"
+    "                  -- PROGRAM [ARGS...]\n"
     "  -r, --rate RATE      mean sampling interval in bytes (k, m, g suffixes; a power of two,\n"
     "                       others are rounded to the nearest); default 512k\n"
     "  -o, --prefix PREFIX  dump file prefix (default ./salloc): PREFIX.<pid>.<seq>.f.heap\n"
     "  --interval BYTES     also dump every BYTES allocated (PREFIX.<pid>.<seq>.i<n>.heap)\n"
     "  --peak               also write the peak-heap profile at exit (PREFIX.<pid>.<seq>.p.heap)\n"
+    "  --leaks              print a summary of what is still allocated at exit (prof_leak)\n"
+    "  --leak-check         the same, and exit status 1 if anything is (prof_leak_error)\n"
     "Environment: SALLOC_LIB names the library to preload.\n";
 
 /* "64k" -> log2, rounded to the nearest power of two; -1 if malformed. */
@@ -114,10 +117,12 @@ int cmd_run(int argc, char **argv)
     static const struct option opts[] = {
         {"rate", required_argument, NULL, 'r'},   {"prefix", required_argument, NULL, 'o'},
         {"interval", required_argument, NULL, 'I'}, {"peak", no_argument, NULL, 'P'},
+        {"leaks", no_argument, NULL, 'L'},        {"leak-check", no_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     int lg_sample = -1, lg_interval = -1;
     bool peak = false;
+    const char *leaks = NULL; /* the option that asks for the summary */
     const char *prefix = "./salloc";
     int c;
     optind = 1;
@@ -133,6 +138,8 @@ int cmd_run(int argc, char **argv)
             break;
         case 'o': prefix = optarg; break;
         case 'P': peak = true; break;
+        case 'L': if (!leaks) leaks = ",prof_leak:true"; break;
+        case 'E': leaks = ",prof_leak_error:true"; break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -197,7 +204,9 @@ int cmd_run(int argc, char **argv)
     if (lg_interval >= 0)
         k += snprintf(conf + k, clen - (size_t)k, ",lg_prof_interval:%d", lg_interval);
     if (peak)
-        snprintf(conf + k, clen - (size_t)k, ",prof_final_peak:true");
+        k += snprintf(conf + k, clen - (size_t)k, ",prof_final_peak:true");
+    if (leaks)
+        snprintf(conf + k, clen - (size_t)k, "%s", leaks);
     const char *old_pre = getenv("LD_PRELOAD");
     char *preload = xmalloc(strlen(lib) + (old_pre ? strlen(old_pre) : 0) + 2);
     sprintf(preload, "%s%s%s", lib, old_pre && *old_pre ? ":" : "", old_pre ? old_pre : "");

@@ -19,7 +19,8 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: salloc run [-r RATE] [-o PREFIX] [--interval BYTES] [--peak] -- PROGRAM [ARGS...]\n"
+    "usage: salloc run [-r RATE] [-o PREFIX] [--interval BYTES] [--peak] [--leaks | --leak-check]\n"
+    "                  -- PROGRAM [ARGS...]\n"
     "       salloc top [-n N] [--space|--objects|--resident|--fragmentation] [--inuse|--alloc] DUMP\n"
     "       salloc flame DUMP -o FILE.svg\n"
     "       salloc diff [-n N] OLD NEW\n"

@@ -240,6 +240,34 @@ static void test_cli_run_writes_final_dump(void **state)
     assert_int_equal(r.status, 7);
 }
 
+/* --leaks: the program's summary of what it still holds (the demo leaks by
+ * design); --leak-check: the same, and exit status 1; a program that
+ * frees everything passes (status 0, no summary). */
+static void test_cli_run_leak_check(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *demo = env_path("SALLOC_DEMO", "path of build/bin/salloc-demo");
+    run(&r, (char *const[]){(char *)salloc_cmd(), "run", "-r", "16k", "--leaks", "-o",
+                            tmp_path("leaks"), "--", (char *)demo, NULL});
+    if (r.status)
+        fail_msg("salloc run --leaks exited %d:\n%s", r.status, r.err);
+    assert_non_null(strstr(r.err, "<salloc>: Leak approximation summary: ~"));
+    assert_non_null(strstr(r.err, "<salloc>: Run jeprof on \""));
+    run(&r, (char *const[]){(char *)salloc_cmd(), "run", "-r", "16k", "--leak-check", "-o",
+                            tmp_path("leaks"), "--", (char *)demo, NULL});
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "<salloc>: Leak approximation summary: ~"));
+    assert_non_null(strstr(r.err, "<salloc>: Exiting with error code because memory leaks were detected"));
+    /* sh -c "exit 0" frees what it allocates, or nothing is sampled at
+     * this rate: the check passes. */
+    run(&r, (char *const[]){(char *)salloc_cmd(), "run", "-r", "1g", "--leak-check", "-o",
+                            tmp_path("leaks"), "--", "sh", "-c", "exit 0", NULL});
+    if (r.status)
+        fail_msg("salloc run --leak-check of a clean exit exited %d:\n%s", r.status, r.err);
+    assert_null(strstr(r.err, "Leak approximation summary"));
+}
+
 /* A prefix is a path: "[1]" in it is not a glob bracket expression (the
  * dump was written, and the listing said there was none). */
 static void test_cli_run_lists_dumps_of_any_prefix(void **state)
@@ -644,6 +672,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_run_writes_final_dump),
         cmocka_unit_test(test_cli_run_lists_dumps_of_any_prefix),
+        cmocka_unit_test(test_cli_run_leak_check),
         cmocka_unit_test(test_cli_run_writes_text_whatever_the_format),
         cmocka_unit_test(test_cli_run_refuses_a_library_path_preload_splits),
         cmocka_unit_test(test_cli_top_names_demo_sites),
