@@ -57,8 +57,8 @@ SRCS := $(wildcard src/*.c)
 # exit, mapping the cold pages around it.  Constructors and destructors run
 # from .init_array and .fini_array, untouched.  test/check_layout.sh holds
 # the library to all this.
-COLD_SRCS := src/ctl.c src/dump.c src/guard.c src/log.c src/pprof.c src/procmaps.c \
-             src/residency.c src/stats.c
+COLD_SRCS := src/ctl.c src/dump.c src/glibc_compat.c src/guard.c src/log.c src/pprof.c \
+             src/procmaps.c src/residency.c src/stats.c
 LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS)) $(COLD_SRCS))
 TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 
@@ -188,7 +188,8 @@ test/bin/cxx_new_check: test/integration/cxx_new_check.cc | test/bin
 # prepare handler holds every class lock (lock order is checked by salloc's
 # own debug lock ranks instead, lock.h).
 TSAN_API    := malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign \
-               valloc pvalloc malloc_usable_size free_sized free_aligned_sized malloc_trim
+               valloc pvalloc malloc_usable_size free_sized free_aligned_sized malloc_trim \
+               mallinfo mallinfo2 malloc_stats malloc_info mallopt
 TSAN_RENAME := $(foreach f,$(TSAN_API),-D$(f)=sa_tsan_$(f))
 TSAN_OBJS   := $(SRCS:src/%.c=build/tsan/%.o)
 

@@ -5,7 +5,9 @@
  * salloc replaces the standard allocation functions: preload it
  * (LD_PRELOAD=libsalloc.so) or link with -lsalloc, and every malloc in the
  * process is salloc's.  This header declares them all, including the ones
- * older C libraries lack (free_sized, free_aligned_sized).
+ * older C libraries lack (free_sized, free_aligned_sized).  glibc's
+ * <malloc.h> functions (mallinfo2, mallinfo, malloc_stats, malloc_info,
+ * mallopt) are salloc's too; <malloc.h> declares them.
  */
 #ifndef SALLOC_H
 #define SALLOC_H

@@ -5,7 +5,9 @@
  * lookup is ready; salloc's stacks wait for its constructor, so those
  * samples fail (counted) instead of crashing the program.  Prints the live
  * samples and the failed ones after allocating BLOCKS blocks in main.
+ * Calls mallinfo2() too: a static link with glibc's would fail.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,6 +26,11 @@ int main(void)
     if (mallctl("prof.sample_count", &live, &len, NULL, 0) != 0 ||
         mallctl("prof.samples_failed", &failed, &flen, NULL, 0) != 0)
         return 2;
+    /* Links at all: glibc's malloc.o, which would define malloc again, is
+     * not pulled in for <malloc.h>'s functions (salloc has them). */
+    struct mallinfo2 mi = mallinfo2();
+    if (mi.uordblks < BLOCKS * 1000)
+        return 3;
     printf("live %zu failed %llu\n", live, failed);
     for (int i = 0; i < BLOCKS; i++)
         free(kept[i]);

@@ -481,6 +481,49 @@ static void test_api_malloc_trim_returns_memory(void **state)
     assert_int_equal(malloc_trim(0), 0); /* nothing left to give */
 }
 
+/* glibc's <malloc.h> interface, answered with salloc's figures (glibc's
+ * own, preloaded over, would read its empty arena: zeros). */
+static void test_api_glibc_mallinfo(void **state)
+{
+    (void)state;
+    bool off = false, on = true; /* unsampled: the blocks are the class's own */
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &off, sizeof(off)), 0);
+    struct mallinfo2 before = mallinfo2();
+    static void *keep[256];
+    for (int i = 0; i < 256; i++)
+        keep[i] = malloc(64 << 10);
+    struct mallinfo2 after = mallinfo2();
+    assert_true(after.uordblks >= before.uordblks + (256u << 16));
+    assert_true(after.arena >= after.uordblks);
+    assert_int_equal(after.fordblks, after.arena - after.uordblks);
+    assert_true(after.hblkhd > 0); /* salloc's metadata */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* glibc deprecates it, programs call it */
+    struct mallinfo old = mallinfo();
+#pragma GCC diagnostic pop
+    assert_true(old.uordblks >= (int)(256u << 16));
+    for (int i = 0; i < 256; i++)
+        free(keep[i]);
+    struct mallinfo2 freed = mallinfo2();
+    assert_true(freed.uordblks + (256u << 16) <= after.uordblks + (1u << 20));
+    assert_int_equal(mallctl("thread.prof.active", NULL, NULL, &on, sizeof(on)), 0);
+
+    assert_int_equal(mallopt(M_ARENA_MAX, 1), 0); /* no glibc tunable is salloc's */
+    /* Into a buffer of the test's own: libc's open_memstream would hand
+     * back memory of the process's malloc, not always salloc's (tsan). */
+    static char xml[4096];
+    FILE *f = fmemopen(xml, sizeof(xml), "w");
+    assert_non_null(f);
+    assert_int_equal(malloc_info(0, f), 0);
+    fclose(f);
+    assert_non_null(strstr(xml, "<malloc version=\"salloc-1\">\n"));
+    assert_non_null(strstr(xml, "<total type=\"allocated\" size=\""));
+    assert_non_null(strstr(xml, "</malloc>\n"));
+    errno = 0;
+    assert_int_equal(malloc_info(1, stdout), -1);
+    assert_int_equal(errno, EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_api_bad_alignments),
         cmocka_unit_test(test_api_invalid_free_aborts_with_message),
         cmocka_unit_test(test_api_malloc_trim_returns_memory),
+        cmocka_unit_test(test_api_glibc_mallinfo),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }
