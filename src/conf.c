@@ -4,7 +4,7 @@
  * value parses and where it goes.
  *
  * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check,
- * opt_background_thread, opt_thp and opt_stats_print(_opts); assigns the profiling options of prof.h (prof.c defines them)
+ * opt_background_thread, opt_thp, opt_stats_print(_opts) and opt_zero_realloc; assigns the profiling options of prof.h (prof.c defines them)
  * before prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
@@ -33,6 +33,7 @@ bool opt_background_thread = false;
 char opt_thp[CONF_CHOICE_MAX] = "auto";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
+char opt_zero_realloc[CONF_CHOICE_MAX] = "free";
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
@@ -153,6 +154,7 @@ struct option {
 static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
 static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
 static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
+static const char *const zero_realloc_modes[] = {"free", "alloc", "abort", NULL};
 /* malloc_stats_print's letters (jemalloc's; salloc has nothing of its own
  * to leave out for m, d, l, x, e and h). */
 static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
@@ -195,6 +197,7 @@ static const struct option options[] = {
     {"stats_print_opts", K_FLAGS, opt_stats_print_opts, 0, 0, NULL, stats_letters},
     {"tcache", K_TRUE, NULL, 0, 0, NULL, NULL},
     {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
+    {"zero_realloc", K_CHOICE, opt_zero_realloc, 0, 0, NULL, zero_realloc_modes},
 };
 
 static enum verdict set_option(const struct option *o, const char *v, size_t len)

@@ -36,6 +36,10 @@ extern bool opt_background_thread;
 extern char opt_thp[CONF_CHOICE_MAX];
 /* malloc_stats_print(NULL, NULL, opt_stats_print_opts) at exit (man/salloc.3,
  * opt.stats_print); the letters are malloc_stats_print's, each once. */
+/* What realloc(p, 0) does, p not NULL (man/salloc.3, opt.zero_realloc):
+ * "free" (the default: frees p, returns NULL, as glibc), "alloc" (the
+ * smallest allocation, p freed) or "abort" (a message, then abort()). */
+extern char opt_zero_realloc[CONF_CHOICE_MAX];
 #define CONF_FLAGS_MAX 16
 extern bool opt_stats_print;
 extern char opt_stats_print_opts[CONF_FLAGS_MAX];

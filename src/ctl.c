@@ -30,6 +30,7 @@
 #include "central.h"
 #include "conf.h"
 #include "dump.h"
+#include "fastpath.h" /* malloc_zero_reallocs */
 #include "init.h"
 #include "lock.h"
 #include "log.h"
@@ -124,6 +125,7 @@ struct snapshot {
     size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
     size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
     size_t bg_threads, bg_runs, bg_run_interval; /* background.h */
+    size_t zero_reallocs;                        /* malloc.c */
 };
 SA_BSS_APART static struct snapshot snap;
 static bool snap_taken;
@@ -166,6 +168,7 @@ static void snap_take(void)
     s.bg_threads = bg.num_threads;
     s.bg_runs = bg.num_runs;
     s.bg_run_interval = bg.run_interval_ns;
+    s.zero_reallocs = (size_t)malloc_zero_reallocs();
 
     sa_lock(&snap_lock);
     snap = s;
@@ -599,6 +602,7 @@ static const struct ctl_row table[] = {
     CONST("opt.tcache", T_BOOL, 1),
     CONST("opt.tcache_max", T_SIZE, SA_MAX_SMALL), /* every small class is cached */
     VAR("opt.thp", T_STR, opt_thp),
+    VAR("opt.zero_realloc", T_STR, opt_zero_realloc),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),
     FN("prof.dump", T_STR, A_W, ctl_prof_dump, G_PROF_ALL),
     FN("prof.dump_fragmentation", T_STR, A_W, ctl_prof_dump_fragmentation, G_PROF_ALL),
@@ -630,6 +634,7 @@ static const struct ctl_row table[] = {
     STAT("stats.metadata", metadata),
     STAT("stats.resident", resident),
     STAT("stats.retained", retained),
+    STAT("stats.zero_reallocs", zero_reallocs),
     FN("thread.allocated", T_UINT64, A_R, ctl_thread_allocated, 0),
     FN("thread.arena", T_UNSIGNED, A_RW, ctl_thread_arena, 0),
     FN("thread.deallocated", T_UINT64, A_R, ctl_thread_deallocated, 0),

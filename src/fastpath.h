@@ -44,6 +44,9 @@ void free_slow(void *p, unsigned cls);
  * `fn`; then frees it.  Tail-called, so a sized free's common case keeps
  * no frame for it. */
 void free_checking_size(void *p, size_t size, size_t align, const char *fn);
+/* Not a fast path's: malloc.c's count of realloc(p, 0) calls, p not NULL
+ * (stats.zero_reallocs). */
+uint64_t malloc_zero_reallocs(void);
 
 /* Pops an object of class `cls` if the stack has one and the allocation is
  * not due for sampling; NULL (and nothing changed) otherwise.  The counter

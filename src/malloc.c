@@ -5,7 +5,8 @@
  * Semantics follow glibc where programs depend on it, C and POSIX elsewhere
  * (man/salloc.3, "STANDARDS AND CHOICES", lists each choice):
  *   - malloc(0) returns a unique pointer (usable size 8), as glibc does.
- *   - realloc(p, 0) with p != NULL frees p and returns NULL, as glibc does;
+ *   - realloc(p, 0) with p != NULL frees p and returns NULL, as glibc does
+ *     (opt.zero_realloc can make it allocate or abort instead);
  *     realloc(NULL, n) is malloc(n).
  *   - Failure: NULL with errno ENOMEM, also for sizes whose arithmetic
  *     overflows (calloc, reallocarray, pvalloc).
@@ -639,14 +640,34 @@ __attribute__((noinline)) static void *realloc_moving(void *p, size_t n, unsigne
     return realloc_slow(p, n, cls);
 }
 
+/* realloc(p, 0) with p not NULL: what opt.zero_realloc says, counted
+ * (stats.zero_reallocs: C23 leaves the call undefined, so a program may
+ * want to know it makes one). */
+static uint64_t zero_reallocs; /* atomic */
+
+uint64_t malloc_zero_reallocs(void) { return __atomic_load_n(&zero_reallocs, __ATOMIC_RELAXED); }
+
+SA_SLOW_PATH static void *realloc_to_zero(void *p)
+{
+    __atomic_fetch_add(&zero_reallocs, 1, __ATOMIC_RELAXED);
+    if (opt_zero_realloc[0] == 'f') { /* free */
+        fast_free(p);
+        return NULL;
+    }
+    if (opt_zero_realloc[1] == 'b') /* abort */
+        sa_fatal("realloc(%p, 0): a zero size, refused under zero_realloc:abort", p);
+    void *q = fast_malloc(0); /* alloc: a new smallest block; p stays if there is none */
+    if (q)
+        fast_free(p);
+    return q;
+}
+
 SA_EXPORT_FAST void *realloc(void *p, size_t n)
 {
     if (!p)
         return fast_malloc(n);
-    if (n == 0) {
-        fast_free(p);
-        return NULL;
-    }
+    if (n == 0)
+        return realloc_to_zero(p);
     /* The common cases, which charge the sampler nothing (see
      * realloc_slow): a small block that keeps its class; a large one that
      * keeps its place, as realloc_slow would keep it but without its

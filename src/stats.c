@@ -238,6 +238,7 @@ static void general(struct emitter *e)
         {"opt.prof_leak", V_BOOL}, {"opt.prof_leak_error", V_BOOL},
         {"opt.prof_sys_thread_name", V_BOOL},
         {"opt.stats_print", V_BOOL}, {"opt.stats_print_opts", V_STR},
+        {"opt.zero_realloc", V_STR},
     };
     obj_begin(e, "opt", "Run-time option settings");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)

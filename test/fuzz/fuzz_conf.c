@@ -38,7 +38,8 @@ static const char defaults[] =
     "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
     "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
-    "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false";
+    "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
+    "zero_realloc:free";
 
 static void reset(void)
 {
@@ -60,6 +61,9 @@ static void check_options(void)
     static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
     static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
     static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
+    static const char *const zero_realloc_modes[] = {"free", "alloc", "abort", NULL};
+    FUZZ_CHECK(memchr(opt_zero_realloc, '\0', sizeof(opt_zero_realloc)) != NULL);
+    FUZZ_CHECK(one_of(opt_zero_realloc, zero_realloc_modes));
     FUZZ_CHECK(memchr(opt_thp, '\0', sizeof(opt_thp)) != NULL);
     FUZZ_CHECK(one_of(opt_thp, thp_modes));
     FUZZ_CHECK(memchr(opt_prof_prefix, '\0', sizeof(opt_prof_prefix)) != NULL);

@@ -70,6 +70,7 @@ static const struct {
     {"opt.prof_unwind", S_READ},
     {"opt.stats_print_opts", S_READ},
     {"opt.thp", S_READ},
+    {"opt.zero_realloc", S_READ},
     {"prof.dump", S_WRITE | S_PATH},
     {"prof.dump_fragmentation", S_WRITE | S_PATH},
     {"prof.dump_peak", S_WRITE | S_PATH},

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../include/salloc.h"
+#include "conf.h"
 #include "dump.h"
 #include "meta.h"
 #include "pagemap.h"
@@ -481,6 +482,57 @@ static void test_api_malloc_trim_returns_memory(void **state)
     assert_int_equal(malloc_trim(0), 0); /* nothing left to give */
 }
 
+static size_t zero_reallocs(void)
+{
+    uint64_t epoch = 1;
+    size_t n = 0, len = sizeof(n);
+    assert_int_equal(mallctl("epoch", NULL, NULL, &epoch, sizeof(epoch)), 0);
+    assert_int_equal(mallctl("stats.zero_reallocs", &n, &len, NULL, 0), 0);
+    return n;
+}
+
+static void realloc_to_zero_in_child(void *unused)
+{
+    (void)unused;
+    conf_apply("zero_realloc:abort", "test");
+    void *p = malloc(100);
+    void *volatile q = realloc(p, 0); /* aborts */
+    (void)q;
+}
+
+/* opt.zero_realloc: realloc(p, 0) frees (glibc's "free", the default),
+ * allocates the smallest block ("alloc") or aborts ("abort"); each call
+ * with p not NULL counts in stats.zero_reallocs, realloc(NULL, 0) not. */
+static void test_api_zero_realloc(void **state)
+{
+    (void)state;
+    const char *mode = NULL;
+    size_t len = sizeof(mode);
+    assert_int_equal(mallctl("opt.zero_realloc", &mode, &len, NULL, 0), 0);
+    assert_string_equal(mode, "free");
+    size_t before = zero_reallocs();
+    void *p = malloc(100);
+    assert_null(realloc(p, 0));
+    assert_int_equal(zero_reallocs(), before + 1);
+    void *q = realloc(NULL, 0); /* malloc(0): not counted */
+    assert_non_null(q);
+    assert_int_equal(zero_reallocs(), before + 1);
+
+    assert_int_equal(conf_apply("zero_realloc:alloc", "test"), 0);
+    void *r = realloc(q, 0);
+    assert_non_null(r);
+    assert_true(malloc_usable_size(r) >= 1);
+    assert_int_equal(zero_reallocs(), before + 2);
+    free(r);
+    assert_int_equal(conf_apply("zero_realloc:free", "test"), 0);
+
+    int sig;
+    char *err = run_in_child(realloc_to_zero_in_child, NULL, &sig);
+    assert_int_equal(sig, SIGABRT);
+    assert_non_null(strstr(err, "salloc: realloc(0x"));
+    assert_non_null(strstr(err, ", 0): a zero size, refused under zero_realloc:abort"));
+}
+
 /* glibc's <malloc.h> interface, answered with salloc's figures (glibc's
  * own, preloaded over, would read its empty arena: zeros). */
 static void test_api_glibc_mallinfo(void **state)
@@ -542,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_api_invalid_free_aborts_with_message),
         cmocka_unit_test(test_api_malloc_trim_returns_memory),
         cmocka_unit_test(test_api_glibc_mallinfo),
+        cmocka_unit_test(test_api_zero_realloc),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

@@ -41,7 +41,7 @@ static int reset(void **state)
                          "lg_prof_sample:19,prof_prefix:salloc,prof_final:false,"
                          "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
-                         "prof_sys_thread_name:false,abort:false,"
+                         "prof_sys_thread_name:false,abort:false,zero_realloc:free,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
                          "thp:auto",
                          "reset");
@@ -69,6 +69,13 @@ static void test_conf_every_key_accepted(void **state)
     assert_true(opt_prof_gdump);
     assert_int_equal(opt_dirty_decay_ms, 500);
     assert_int_equal(pageheap_decay_ms(), 500);
+    for (const char *const *mode = (const char *const[]){"alloc", "abort", "free", NULL}; *mode;
+         mode++) {
+        char opts[32];
+        snprintf(opts, sizeof opts, "zero_realloc:%s", *mode);
+        assert_int_equal(apply(opts), 0);
+        assert_string_equal(opt_zero_realloc, *mode);
+    }
     assert_int_equal(apply("abort:true"), 0);
     assert_true(opt_abort);
     assert_int_equal(apply("prof_sys_thread_name:true"), 0);
@@ -128,6 +135,7 @@ static void test_conf_diagnostics(void **state)
         {"thp:madvise", "<salloc>: Invalid conf value: thp:madvise\n"},
         {"prof_leak:yes", "<salloc>: Invalid conf value: prof_leak:yes\n"},
         {"stats_print_opts:Jz", "<salloc>: Invalid conf value: stats_print_opts:Jz\n"},
+        {"zero_realloc:ignore", "<salloc>: Invalid conf value: zero_realloc:ignore\n"},
         {"stats_print_opts:J g", "<salloc>: Invalid conf value: stats_print_opts:J g\n"},
         {"prof-x:true", "<salloc>: Malformed conf string at \"prof-x:true\"\n"},
         {"prof", "<salloc>: Malformed conf string at \"prof\"\n"},
