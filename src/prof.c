@@ -1206,6 +1206,8 @@ static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_ki
     if (!path) {
         if (!auto_name(auto_path, sizeof(auto_path), kind, kseq)) {
             auto_path[0] = '\0';
+            if (totals) /* prof_leak's summary needs no file */
+                dump_write("", (uint64_t)1 << sampler_lg(), what, totals);
             return EFAULT;
         }
         path = auto_path;
@@ -1293,7 +1295,7 @@ static void final_dump(void)
     /* The final dump's name, for the summary made after dump_lock is
      * released (it may flush stdio, which may allocate and so dump). */
     SA_BSS_APART static char final_path[sizeof(auto_path)];
-    struct dump_totals leaks;
+    struct dump_totals leaks = {.taken = false}; /* stays so if no dump was attempted */
     int state = dump_begin();
     bool written = dump_locked(NULL, 'f', NULL, DUMP_LIVE, opt_prof_leak ? &leaks : NULL) == 0;
     memcpy(final_path, auto_path, sizeof(final_path));

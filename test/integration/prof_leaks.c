@@ -6,6 +6,8 @@
  *                       site_leak_small  20000 x 1000 B (usable 1 KiB)
  *                       site_leak_large    200 x 100000 B
  *   prof_leaks none   allocates the same and frees all of it
+ *   prof_leaks leak noprefix   leaks, and empties prof.prefix before exit:
+ *                     no final dump can be named
  *
  * Prints (to stdout, fully buffered in a static buffer: nothing of stdio
  * stays allocated, and the line is still in the buffer at exit, where
@@ -61,6 +63,10 @@ int main(int argc, char **argv)
         bytes = objects = 0;
     }
     mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+    if (argc > 2 && !strcmp(argv[2], "noprefix") && mallctl) {
+        const char *empty = "";
+        mallctl("prof.prefix", NULL, NULL, &empty, sizeof(empty));
+    }
     printf("truth %zu %zu leak %d %d\n", bytes, objects, opt(mallctl, "opt.prof_leak"),
            opt(mallctl, "opt.prof_leak_error"));
     return 0; /* the line is still in `out`: exit() flushes it */

@@ -429,9 +429,10 @@ struct leak_run {
     bool summary;
 };
 
-static void run_leaks(struct leak_run *l, const char *mode, const char *conf)
+static void run_leaks_with(struct leak_run *l, const char *mode, const char *arg, const char *conf)
 {
-    run(&l->r, true, conf, 60, (char *const[]){(char *)bin_path("prof_leaks"), (char *)mode, NULL});
+    run(&l->r, true, conf, 60,
+        (char *const[]){(char *)bin_path("prof_leaks"), (char *)mode, (char *)arg, NULL});
     if (sscanf(l->r.out, "truth %llu %llu leak %d %d", &l->truth_bytes, &l->truth_objects,
                &l->opt_leak, &l->opt_leak_error) != 4)
         fail_msg("prof_leaks %s printed \"%s\" (exit %d): %s", mode, l->r.out, l->r.status, l->r.err);
@@ -440,6 +441,11 @@ static void run_leaks(struct leak_run *l, const char *mode, const char *conf)
     if (line && sscanf(line, "<salloc>: Leak approximation summary: ~%llu bytes, ~%llu objects, >= %zu contexts",
                        &l->bytes, &l->objects, &l->contexts) != 3)
         fail_msg("a summary line not in jemalloc's words: %s", line);
+}
+
+static void run_leaks(struct leak_run *l, const char *mode, const char *conf)
+{
+    run_leaks_with(l, mode, NULL, conf);
 }
 
 /* The prefix of automatic dumps in a directory of their own. */
@@ -484,6 +490,14 @@ static void test_prof_leak_summary_at_exit(void **state)
     assert_int_equal(sscanf(detail, "<salloc>: Run pprof on \"%4199[^\"]\"", path), 1);
     assert_int_equal(stat(path, &st), 0);
     assert_non_null(strstr(path, ".f.pb.gz"));
+    /* prof.prefix emptied at run time: no dump can be named, the summary
+     * still comes, and says so. */
+    leak_conf(conf, sizeof(conf), "leak_noprefix", "prof_leak:true,prof_final:true,lg_prof_sample:0");
+    run_leaks_with(&l, "leak", "noprefix", conf);
+    assert_int_equal(l.r.status, 0);
+    assert_true(l.summary);
+    assert_int_equal(l.bytes, l.truth_bytes);
+    assert_non_null(strstr(l.r.err, "<salloc>: No leak detail: no name for the final dump (prof.prefix)\n"));
 }
 
 /* At a sample every 4 KiB the summary is the dump's unbiased estimate:
