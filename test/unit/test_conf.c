@@ -212,9 +212,9 @@ static void test_conf_confirm(void **state)
                              "<salloc>: Invalid conf pair: bogus:2\n");
 }
 
-/* conf_init() in a child: the sources in order (SALLOC_CONF last wins), the
- * confirm_conf header lines whatever the pair's position, and abort_conf. */
-static int child_init(const char *malloc_env, const char *salloc_env, int *status)
+/* Runs fn(arg) in a child whose stderr goes into `out`; returns its wait
+ * status (fn's result is the child's exit status). */
+static int in_child(int (*fn)(const void *), const void *arg)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -222,13 +222,7 @@ static int child_init(const char *malloc_env, const char *salloc_env, int *statu
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(p[1], 2);
-        if (malloc_env)
-            setenv("MALLOC_CONF", malloc_env, 1);
-        else
-            unsetenv("MALLOC_CONF");
-        setenv("SALLOC_CONF", salloc_env, 1);
-        conf_init();
-        _exit((int)opt_lg_prof_sample);
+        _exit(fn(arg));
     }
     close(p[1]);
     size_t len = 0;
@@ -237,7 +231,32 @@ static int child_init(const char *malloc_env, const char *salloc_env, int *statu
         len += (size_t)n;
     out[len] = '\0';
     close(p[0]);
-    waitpid(pid, status, 0);
+    int status;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+struct sources {
+    const char *malloc_env, *salloc_env;
+};
+
+static int init_from(const void *arg)
+{
+    const struct sources *src = arg;
+    if (src->malloc_env)
+        setenv("MALLOC_CONF", src->malloc_env, 1);
+    else
+        unsetenv("MALLOC_CONF");
+    setenv("SALLOC_CONF", src->salloc_env, 1);
+    conf_init();
+    return (int)opt_lg_prof_sample;
+}
+
+/* conf_init() in a child: the sources in order (SALLOC_CONF last wins), the
+ * confirm_conf header lines whatever the pair's position, and abort_conf. */
+static int child_init(const char *malloc_env, const char *salloc_env, int *status)
+{
+    *status = in_child(init_from, &(struct sources){malloc_env, salloc_env});
     return 0;
 }
 
@@ -266,30 +285,18 @@ static void test_conf_init_sources(void **state)
     assert_string_equal(out, "");
 }
 
-/* A warning in a child under abort:`on`: the child's exit status, its
- * stderr in `out`. */
-static int child_warn(const char *on)
+static int warn_under(const void *on)
 {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        char opts[32];
-        snprintf(opts, sizeof(opts), "abort:%s", on);
-        conf_apply(opts, "test");
-        sa_warn("a warning: %d", 7);
-        _exit(0);
-    }
-    close(p[1]);
-    ssize_t n = read(p[0], out, sizeof(out) - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(p[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return status;
+    char opts[32];
+    snprintf(opts, sizeof(opts), "abort:%s", (const char *)on);
+    conf_apply(opts, "test");
+    sa_warn("a warning: %d", 7);
+    return 0;
 }
+
+/* A warning in a child under abort:`on`: its wait status; its stderr in
+ * `out`. */
+static int child_warn(const char *on) { return in_child(warn_under, on); }
 
 /* abort:true makes a warning end the process; by default it carries on. */
 static void test_conf_abort_on_warnings(void **state)
