@@ -152,7 +152,7 @@ test/bin/prof_sites: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
 
 test/bin/prof_leaks: test/integration/prof_leaks.c | test/bin
-	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ldl
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
 
 test/bin/prof_sites_nopie: test/integration/prof_sites.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fno-pie -no-pie -o $@ $< -ldl

@@ -28,7 +28,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h> /* fflush, before prof_leak_error's _exit */
+#include <stdio.h> /* stdout's flush, before prof_leak_error's _exit */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1282,10 +1282,15 @@ static void report_leaks(const struct dump_totals *t, const char *path, bool wri
         sa_report("No leak detail: no name for the final dump (prof.prefix)");
     if (opt_prof_leak_error) {
         sa_report("Exiting with error code because memory leaks were detected");
-        /* _exit: exit() again from an atexit handler is undefined.  The
-         * program's buffered output is written first, which exit() would
-         * have done after the handlers. */
-        fflush(NULL);
+        /* _exit: exit() again from an atexit handler is undefined.  What
+         * the program left in stdout's buffer is written first, as exit()
+         * would have done after the handlers, unless another thread holds
+         * the stream: fflush would wait for it, where exit()'s own flush
+         * takes no lock.  Other streams' buffers are lost, as in jemalloc. */
+        if (ftrylockfile(stdout) == 0) {
+            fflush_unlocked(stdout);
+            funlockfile(stdout);
+        }
         _exit(1);
     }
 }

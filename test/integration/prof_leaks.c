@@ -8,6 +8,8 @@
  *   prof_leaks none   allocates the same and frees all of it
  *   prof_leaks leak noprefix   leaks, and empties prof.prefix before exit:
  *                     no final dump can be named
+ *   prof_leaks leak holdstdout  leaks, and exits while another thread
+ *                     holds stdout's lock (blocked for good)
  *
  * Prints (to stdout, fully buffered in a static buffer: nothing of stdio
  * stays allocated, and the line is still in the buffer at exit, where
@@ -18,6 +20,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +36,19 @@ static void *(*volatile do_malloc)(size_t) = malloc;
 
 __attribute__((noinline)) void *site_leak_small(void) { void *p = do_malloc(1000); KEEP(p); return p; }
 __attribute__((noinline)) void *site_leak_large(void) { void *p = do_malloc(100000); KEEP(p); return p; }
+
+static sem_t held;
+
+/* Takes stdout's lock and never gives it back. */
+static void *hold_stdout(void *arg)
+{
+    (void)arg;
+    flockfile(stdout);
+    sem_post(&held);
+    for (;;)
+        pause();
+    return NULL;
+}
 
 static bool opt(mallctl_fn mallctl, const char *name)
 {
@@ -69,5 +87,12 @@ int main(int argc, char **argv)
     }
     printf("truth %zu %zu leak %d %d\n", bytes, objects, opt(mallctl, "opt.prof_leak"),
            opt(mallctl, "opt.prof_leak_error"));
+    if (argc > 2 && !strcmp(argv[2], "holdstdout")) {
+        pthread_t t;
+        sem_init(&held, 0, 0);
+        if (pthread_create(&t, NULL, hold_stdout, NULL) != 0)
+            return 3;
+        sem_wait(&held); /* exit now, with stdout held by that thread */
+    }
     return 0; /* the line is still in `out`: exit() flushes it */
 }
