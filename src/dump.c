@@ -458,7 +458,7 @@ int dump_write(const char *path, uint64_t rate, enum dump_kind kind, struct dump
     if (totals)
         totals->taken = false;
     char *tmp = scratch.tmp;
-    bool named = temp_name(path, tmp, sizeof(scratch.tmp));
+    bool named = path && temp_name(path, tmp, sizeof(scratch.tmp));
     if (!named && !totals)
         return -1;
     size_t n, bytes;

@@ -57,7 +57,8 @@ struct dump_totals {
  * jemalloc heap_v2, or profile.proto if `path` ends in .pb (.pb.gz:
  * gzipped).  Through `path`.tmp.<pid> and rename(): 0, or -1 with no file
  * left behind.  `totals`, if not NULL, gets the snapshot's live totals,
- * the file written or not.  Caller holds the dump lock. */
+ * the file written or not; a NULL `path` writes none and only fills them
+ * (returning -1).  Caller holds the dump lock. */
 int dump_write(const char *path, uint64_t rate, enum dump_kind kind, struct dump_totals *totals);
 
 /* Whether /proc/self/pagemap can be read (prof.residency). */

@@ -1207,7 +1207,7 @@ static int dump_locked(const char *path, char kind, uint64_t *kseq, enum dump_ki
         if (!auto_name(auto_path, sizeof(auto_path), kind, kseq)) {
             auto_path[0] = '\0';
             if (totals) /* prof_leak's summary needs no file */
-                dump_write("", (uint64_t)1 << sampler_lg(), what, totals);
+                dump_write(NULL, (uint64_t)1 << sampler_lg(), what, totals);
             return EFAULT;
         }
         path = auto_path;
