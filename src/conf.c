@@ -4,7 +4,7 @@
  * value parses and where it goes.
  *
  * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check,
- * opt_background_thread, opt_thp, opt_stats_print(_opts) and opt_zero_realloc; assigns the profiling options of prof.h (prof.c defines them)
+ * opt_background_thread, opt_tcache, opt_thp, opt_stats_print(_opts) and opt_zero_realloc; assigns the profiling options of prof.h (prof.c defines them)
  * before prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
@@ -30,6 +30,7 @@ bool opt_abort_conf = false;
 bool opt_confirm_conf = false;
 bool opt_check = false;
 bool opt_background_thread = false;
+bool opt_tcache = true;
 char opt_thp[CONF_CHOICE_MAX] = "auto";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
@@ -195,7 +196,7 @@ static const struct option options[] = {
     {"retain", K_TRUE, NULL, 0, 0, NULL, NULL},
     {"stats_print", K_BOOL, &opt_stats_print, 0, 0, NULL, NULL},
     {"stats_print_opts", K_FLAGS, opt_stats_print_opts, 0, 0, NULL, stats_letters},
-    {"tcache", K_TRUE, NULL, 0, 0, NULL, NULL},
+    {"tcache", K_BOOL, &opt_tcache, 0, 0, NULL, NULL},
     {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
     {"zero_realloc", K_CHOICE, opt_zero_realloc, 0, 0, NULL, zero_realloc_modes},
 };

@@ -28,6 +28,10 @@ extern bool opt_check;
 /* Start the background decay thread once set-up is done (background.h,
  * man/salloc.3, opt.background_thread); off by default, as in jemalloc. */
 extern bool opt_background_thread;
+/* New threads start with a thread cache (man/salloc.3, opt.tcache; tcache.h,
+ * Uncached threads); true by default.  thread.tcache.enabled turns one
+ * thread's on or off. */
+extern bool opt_tcache;
 /* Transparent huge pages for the heap (man/salloc.3, opt.thp): "auto" (the
  * default: for what the heap maps beyond its first chunk), "always",
  * "never" (asked of the kernel with madvise) or "default" (left to the

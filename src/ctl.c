@@ -505,9 +505,26 @@ static int ctl_tcache_flush(const struct ctl_ctx *cx, union ctl_val *old, const 
 {
     (void)cx, (void)old, (void)new;
     struct tcache *tc = init_current_cache();
-    if (!had_cache || !tc)
-        return EFAULT;
+    if (!had_cache || !tc || !tcache_is_cached(tc))
+        return EFAULT; /* spec/mallctl.md: caching disabled for the thread */
     tcache_flush_all(tc);
+    return 0;
+}
+
+/* thread.tcache.enabled: the calling thread's cache on or off (tcache.h,
+ * Uncached threads).  A thread that can have no cache (at exit, or
+ * ENOMEM) reads false and cannot turn one on. */
+static int ctl_tcache_enabled(const struct ctl_ctx *cx, union ctl_val *old,
+                              const union ctl_val *new)
+{
+    (void)cx;
+    struct tcache *tc = init_current_cache();
+    if (old)
+        old->b = tc && tcache_is_cached(tc);
+    if (new && !tc)
+        return new->b ? EFAULT : 0;
+    if (new)
+        tcache_set_cached(tc, new->b);
     return 0;
 }
 
@@ -599,7 +616,7 @@ static const struct ctl_row table[] = {
     CONST("opt.retain", T_BOOL, 1),
     VAR("opt.stats_print", T_BOOL, opt_stats_print),
     VAR("opt.stats_print_opts", T_STR, opt_stats_print_opts),
-    CONST("opt.tcache", T_BOOL, 1),
+    VAR("opt.tcache", T_BOOL, opt_tcache),
     CONST("opt.tcache_max", T_SIZE, SA_MAX_SMALL), /* every small class is cached */
     VAR("opt.thp", T_STR, opt_thp),
     VAR("opt.zero_realloc", T_STR, opt_zero_realloc),
@@ -641,6 +658,7 @@ static const struct ctl_row table[] = {
     FN("thread.idle", T_VOID, A_NONE, ctl_thread_idle, 0),
     FN("thread.prof.active", T_BOOL, A_RW, ctl_thread_prof_active, G_PROF_WRITE),
     FN("thread.prof.name", T_STR, A_RX, ctl_thread_prof_name, G_PROF_ALL),
+    FN("thread.tcache.enabled", T_BOOL, A_RW, ctl_tcache_enabled, 0),
     FN("thread.tcache.flush", T_VOID, A_NONE, ctl_tcache_flush, 0),
     STR("version", "salloc " SALLOC_VERSION),
 };

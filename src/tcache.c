@@ -61,6 +61,7 @@
 #include <string.h>
 
 #include "central.h"
+#include "conf.h"
 #include "lock.h"
 #include "log.h"
 #include "meta.h"
@@ -133,6 +134,13 @@ uint32_t tcache_class_cap(unsigned cls)
 }
 
 static bool big_class(unsigned cls) { return sizeclass_size(cls) > TCACHE_BIG_CLASS; }
+
+/* A new stack's max (TCACHE_INITIAL_MAX, at most a batch). */
+static uint32_t first_max(unsigned cls)
+{
+    uint32_t batch = sizeclass_batch(cls);
+    return TCACHE_INITIAL_MAX < batch ? TCACHE_INITIAL_MAX : batch;
+}
 
 /* The first class above TCACHE_BIG_CLASS. */
 static unsigned first_big_class(void) { return sizeclass_of(TCACHE_BIG_CLASS + 1); }
@@ -267,10 +275,9 @@ struct tcache *tcache_create(void)
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
         bin->size = (uint32_t)sizeclass_size(cls);
-        bin_place(bin, tc->small_slots[cls],
-                  TCACHE_INITIAL_MAX < sizeclass_batch(cls) ? TCACHE_INITIAL_MAX
-                                                            : sizeclass_batch(cls));
+        bin_place(bin, tc->small_slots[cls], opt_tcache ? first_max(cls) : 0);
     }
+    tc->uncached = !opt_tcache;
 
     sa_lock(&registry_lock);
     tc->next = registry;
@@ -396,8 +403,14 @@ void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj, unsigned tag
         flush_remote(tc, cls);
 }
 
+static void put_uncached(struct tcache *tc, unsigned cls, void *obj);
+
 void tcache_put(struct tcache *tc, unsigned cls, void *obj)
 {
+    if (unlikely(tc->uncached)) {
+        put_uncached(tc, cls, obj);
+        return;
+    }
     unsigned tag = pagemap_owner_of(obj);
     if (tag & tc->foreign_owners)
         tcache_remote_free(tc, cls, obj, tag); /* another live thread's */
@@ -455,6 +468,19 @@ void tcache_destroy(struct tcache *tc)
         if (tc->slots_tier[cls] > 0) /* its stack is empty */
             class_slots_give_locked(cls, tc->slots_tier[cls], tcache_bin_base(&tc->bins[cls]));
     sa_unlock(&registry_lock);
+}
+
+void tcache_set_cached(struct tcache *tc, bool cached)
+{
+    if (cached == !tc->uncached)
+        return;
+    if (!cached) {
+        tcache_flush_all(tc);
+        end_incarnation(tc); /* its spans become anyone's */
+    }
+    tc->uncached = !cached;
+    for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
+        set_max(tc, cls, cached ? first_max(cls) : 0); /* off: burst_bytes back to 0 */
 }
 
 size_t tcache_cached_bytes(const struct tcache *tc)
@@ -593,9 +619,33 @@ static uint32_t refill_from_inbox(struct tcache *tc, unsigned cls, void **obj)
     return n;
 }
 
+/* tcache_refill of an uncached thread: one object, from the central list
+ * straight to the caller, taken as an anonymous owner (tcache.h). */
+static void *refill_uncached(struct tcache *tc, unsigned cls)
+{
+    inbox_drain(tc, cls); /* what a remote free pushed as the cache went off */
+    void *obj;
+    if (!central_alloc_batch(cls, 1, (struct central_owner){NULL, 0, 0}, &obj))
+        return NULL;
+    tc->dealloc_adjust -= sizeclass_size(cls); /* as a refill's */
+    enforce_budget(tc);                        /* the decay clock */
+    return obj;
+}
+
+/* tcache_put of an uncached thread: the object straight back to the
+ * central list, whoever's span it is in. */
+static void put_uncached(struct tcache *tc, unsigned cls, void *obj)
+{
+    tc->dealloc_adjust += sizeclass_size(cls); /* freed, and on no stack: as flush_bin */
+    central_free_batch(cls, &obj, 1, NULL);
+    enforce_budget(tc);
+}
+
 void *tcache_refill(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
+    if (unlikely(tc->uncached))
+        return refill_uncached(tc, cls);
     void *obj;
     uint32_t n = refill_from_inbox(tc, cls, &obj);
     if (n == 0) {

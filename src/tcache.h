@@ -68,6 +68,18 @@
  * nobody's derivation below: the freeing thread's chain gave them up, and
  * the owner's refill takes them in as it does a central batch.
  *
+ * Uncached threads (tcache:false, thread.tcache.enabled).  A thread may run
+ * with its cache off, as jemalloc's can: every stack's max is 0, so that
+ * malloc's stack is always empty and free's always full, and both fast
+ * paths go to the slow path as they do for tcache_empty, with no new test
+ * on them.  There tcache_refill takes one object from the central list and
+ * tcache_put gives one back, both as an anonymous owner (tag 0): the
+ * thread owns no spans, so no object of its is pushed to its inbox.  The
+ * record itself stays: it holds the sampling counter, thread.allocated and
+ * the profiler's state, which do not depend on caching.  Turning the cache
+ * off gives back what it holds and ends the record's incarnation, as a
+ * thread's exit does, so that the spans it owned become anyone's.
+ *
  * Only the owning thread touches its cache, except: the registry links
  * (under the registry lock), the inboxes (atomically, by any thread), and
  * fork.c's child handler.
@@ -170,6 +182,8 @@ struct tcache {
      * an overflow: a big class refilled again right after its own refill
      * is taken in bulk (bursts, tcache.c). */
     uint8_t last_refill;
+    /* The thread's cache is off (Uncached threads, above): every max 0. */
+    bool uncached;
 
     uint8_t overflows[SA_NUM_CLASSES];    /* overflows since max last shrank */
     /* `events` at each class's last refill or overflow, for the trim of
@@ -272,6 +286,12 @@ void tcache_remote_free(struct tcache *tc, unsigned cls, void *obj, unsigned tag
  * chain if another thread owns its span, else onto the stack, overflowing
  * if it is full (what the free fast path does, plus its exits). */
 void tcache_put(struct tcache *tc, unsigned cls, void *obj);
+/* Turns the calling thread's cache off or on (Uncached threads, above):
+ * off gives back every object it holds, as tcache_flush_all, and ends its
+ * incarnation; on lets its stacks grow again from their first limits.  A
+ * new cache starts as opt.tcache says. */
+void tcache_set_cached(struct tcache *tc, bool cached);
+static inline bool tcache_is_cached(const struct tcache *tc) { return !tc->uncached; }
 /* Gives every cached object back, the inboxes' included (thread.tcache.flush,
  * malloc_trim). */
 void tcache_flush_all(struct tcache *tc);

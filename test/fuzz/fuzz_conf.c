@@ -39,7 +39,7 @@ static const char defaults[] =
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
     "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
     "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
-    "zero_realloc:free";
+    "zero_realloc:free,tcache:true";
 
 static void reset(void)
 {

@@ -179,6 +179,7 @@ static void reset_state(bool maybe_reset)
     set("prof.active", &on, sizeof(on));
     set("prof.thread_active_init", &on, sizeof(on));
     set("thread.prof.active", &on, sizeof(on));
+    set("thread.tcache.enabled", &on, sizeof(on));
     set("prof.gdump", &off, sizeof(off));
     set("prof.lg_sample", &lg, sizeof(lg));
     set("arenas.dirty_decay_ms", &decay, sizeof(decay));

@@ -7,7 +7,9 @@
  * results must be aligned, malloc_usable_size must cover the request.
  * Objects cross threads through a mutex-protected exchange, workers come and
  * go, threads allocate big blocks in bursts and free each other's, and a
- * few fork()s happen while other threads are busy.
+ * few fork()s happen while other threads are busy.  Where the allocator has
+ * jemalloc's thread.tcache.enabled (salloc, jemalloc), workers turn their
+ * thread caches off and on as they go.
  *
  * Worker threads never call cmocka asserts: they record failures
  * (stress_common.h) and the main thread asserts after joining them.
@@ -38,6 +40,10 @@
 #include <cmocka.h>
 
 #include "stress_common.h"
+
+/* The allocator's control interface (salloc's, jemalloc's); NULL when it
+ * has none (glibc). */
+int mallctl(const char *, void *, size_t *, void *, size_t) __attribute__((weak));
 
 #if defined(__SANITIZE_THREAD__)
 #define STRESS_TSAN 1
@@ -329,7 +335,7 @@ typedef struct worker {
     bool huge_align_live;   /* holds one alignment > 2 MiB */
     bool done;              /* set under g_sup.lock when it exits */
     /* results, read by the main thread after joining */
-    long ops, allocs, frees, cross_frees, handed, reallocs, forks;
+    long ops, allocs, frees, cross_frees, handed, reallocs, forks, toggles;
     obj_t slot[NSLOTS];
 } worker_t;
 
@@ -674,6 +680,36 @@ static void worker_maybe_fork(worker_t *w)
     }
 }
 
+/* Whether the allocator lets a thread turn its cache off and on. */
+static bool tcache_toggles(void)
+{
+    bool on;
+    size_t len = sizeof on;
+    return mallctl && mallctl("thread.tcache.enabled", &on, &len, NULL, 0) == 0;
+}
+
+/* One time in four: the worker's thread cache off if it is on, on if it
+ * is off, and read back.  What a cache held goes back as it turns off, and
+ * the other threads go on freeing its objects: an uncached thread's frees,
+ * and frees into the cache of one that is turning off or on, next to
+ * everything else. */
+static void worker_maybe_toggle_tcache(worker_t *w)
+{
+    if (!mallctl || rng_below(&w->rng, 4) != 0)
+        return;
+    bool on, want, now;
+    size_t len = sizeof on;
+    if (mallctl("thread.tcache.enabled", &on, &len, NULL, 0) != 0)
+        return; /* not this allocator's */
+    want = !on;
+    if (mallctl("thread.tcache.enabled", NULL, NULL, &want, sizeof want) != 0 ||
+        mallctl("thread.tcache.enabled", &now, &len, NULL, 0) != 0 || now != want) {
+        fail_record(w->who, "thread.tcache.enabled: writing %d failed or did not stick", want);
+        return;
+    }
+    w->toggles++;
+}
+
 /* ------------------------------------------------------------------ */
 /* The worker loop. */
 
@@ -730,6 +766,7 @@ static void *worker_main(void *arg)
         if ((w->ops & 255) == 0) {
             if (failed() || now_s() >= w->deadline)
                 break;
+            worker_maybe_toggle_tcache(w);
             if ((w->ops & 1023) == 0)
                 worker_maybe_fork(w);
         }
@@ -744,7 +781,7 @@ static void *worker_main(void *arg)
 }
 
 typedef struct {
-    long created, ops, allocs, frees, cross_frees, handed, reallocs, forks;
+    long created, ops, allocs, frees, cross_frees, handed, reallocs, forks, toggles;
 } totals_t;
 
 static worker_t *worker_start(int serial, double deadline)
@@ -775,6 +812,7 @@ static void worker_finish(worker_t *w, totals_t *t)
     t->handed += w->handed;
     t->reallocs += w->reallocs;
     t->forks += w->forks;
+    t->toggles += w->toggles;
     free(w);
 }
 
@@ -840,11 +878,14 @@ static void test_stress_random_ops_many_threads(void **state)
     } while (any);
     size_t drained = exchange_drain();
     fprintf(stderr, "random ops: %.1f s, %ld threads, %ld ops, %ld allocs, %ld frees "
-            "(%ld cross-thread), %ld handed over, %ld reallocs, %ld forks, %zu drained\n",
+            "(%ld cross-thread), %ld handed over, %ld reallocs, %ld forks, %ld thread cache "
+            "toggles, %zu drained\n",
             now_s() - start, t.created, t.ops, t.allocs, t.frees, t.cross_frees,
-            t.handed, t.reallocs, t.forks, drained);
+            t.handed, t.reallocs, t.forks, t.toggles, drained);
     failures_assert_none("random ops");
     assert_true(t.cross_frees > 0);
+    if (tcache_toggles())
+        assert_true(t.toggles > 0);
 }
 
 /* ------------------------------------------------------------------ */

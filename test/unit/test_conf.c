@@ -4,11 +4,13 @@
  * malformed source's rest ignored, later pairs winning, clipping,
  * confirm_conf and abort_conf.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../include/salloc.h"
 #include "conf.h"
 #include "log.h"
 #include "prof.h"
@@ -43,9 +45,19 @@ static int reset(void **state)
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
                          "prof_sys_thread_name:false,abort:false,zero_realloc:free,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
-                         "thp:auto",
+                         "thp:auto,tcache:true",
                          "reset");
     return bad;
+}
+
+/* thread.tcache.enabled, read on a thread of its own into *arg. */
+static void *thread_cache_enabled(void *arg)
+{
+    size_t len = sizeof(bool);
+    free(malloc(1)); /* its cache made, as opt.tcache says */
+    if (mallctl("thread.tcache.enabled", arg, &len, NULL, 0) != 0)
+        *(bool *)arg = !*(bool *)arg; /* the caller's check fails */
+    return NULL;
 }
 
 static void test_conf_every_key_accepted(void **state)
@@ -78,6 +90,17 @@ static void test_conf_every_key_accepted(void **state)
     }
     assert_int_equal(apply("abort:true"), 0);
     assert_true(opt_abort);
+    assert_int_equal(apply("tcache:false"), 0);
+    assert_false(opt_tcache);
+    bool cached = true;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, thread_cache_enabled, &cached), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_false(cached); /* a new thread starts without a cache */
+    assert_int_equal(apply("tcache:true"), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_cache_enabled, &cached), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(cached);
     assert_int_equal(apply("prof_sys_thread_name:true"), 0);
     assert_true(opt_prof_sys_thread_name);
     assert_int_equal(apply("prof_leak:true,prof_leak_error:true"), 0);
@@ -127,7 +150,7 @@ static void test_conf_diagnostics(void **state)
         {"lg_prof_interval:-2", "<salloc>: Out-of-range conf value: lg_prof_interval:-2\n"},
         {"lg_prof_interval:64", "<salloc>: Out-of-range conf value: lg_prof_interval:64\n"},
         {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},
-        {"tcache:false", "<salloc>: Out-of-range conf value: tcache:false\n"},
+        {"tcache:off", "<salloc>: Invalid conf value: tcache:off\n"},
         {"retain:false", "<salloc>: Out-of-range conf value: retain:false\n"},
         {"prof_unwind:fastest", "<salloc>: Invalid conf value: prof_unwind:fastest\n"},
         {"prof_unwind:", "<salloc>: Invalid conf value: prof_unwind:\n"},

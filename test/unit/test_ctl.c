@@ -226,6 +226,44 @@ static void test_ctl_tcache_flush_without_cache(void **state)
     assert_int_equal(rc, EFAULT);
 }
 
+/* thread.tcache.enabled: rw, per thread.  Off gives the cache back and
+ * makes thread.tcache.flush fail as jemalloc's does (EFAULT); on again,
+ * the thread caches again.  A bool, so other lengths are EINVAL. */
+static void test_ctl_tcache_enabled(void **state)
+{
+    (void)state;
+    bool on = false, off = false, yes = true;
+    size_t len = sizeof(on);
+    assert_int_equal(mallctl("thread.tcache.enabled", &on, &len, NULL, 0), 0);
+    assert_true(on);
+    assert_true(read_b("opt.tcache"));
+    static void *p[256];
+    for (int i = 0; i < 256; i++)
+        p[i] = malloc(64);
+    for (int i = 0; i < 256; i++)
+        free(p[i]);
+    struct tcache *tc = init_current_cache();
+    assert_true(tcache_cached_bytes(tc) > 0);
+    assert_int_equal(mallctl("thread.tcache.enabled", &on, &len, &off, sizeof(off)), 0);
+    assert_true(on); /* the old value */
+    assert_int_equal(tcache_cached_bytes(tc), 0);
+    assert_int_equal(mallctl("thread.tcache.enabled", &on, &len, NULL, 0), 0);
+    assert_false(on);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), EFAULT);
+    free(malloc(64));
+    assert_int_equal(tcache_cached_bytes(tc), 0);
+    assert_int_equal(mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof(off)), 0);
+    int wide = 1;
+    assert_int_equal(mallctl("thread.tcache.enabled", NULL, NULL, &wide, sizeof(wide)), EINVAL);
+    assert_int_equal(mallctl("thread.tcache.enabled", NULL, NULL, &yes, sizeof(yes)), 0);
+    assert_int_equal(mallctl("thread.tcache.enabled", &on, &len, NULL, 0), 0);
+    assert_true(on);
+    free(malloc(64));
+    assert_true(tcache_cached_bytes(tc) > 0);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    assert_true(read_b("opt.tcache")); /* one thread's switch, not the option */
+}
+
 static void *idle_in_new_thread(void *arg)
 {
     *(int *)arg = mallctl("thread.idle", NULL, NULL, NULL, 0);
@@ -844,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_ctl_eperm),
         cmocka_unit_test(test_ctl_efault),
         cmocka_unit_test(test_ctl_tcache_flush_without_cache),
+        cmocka_unit_test(test_ctl_tcache_enabled),
         cmocka_unit_test(test_ctl_thread_idle),
         cmocka_unit_test(test_ctl_tcache_max),
         cmocka_unit_test(test_ctl_thread_prof_name),

@@ -6,6 +6,7 @@
  * frees (another live thread's objects) go back to their spans, not into
  * the freeing thread's hands.
  */
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -985,6 +986,111 @@ static void test_tcache_trim_drains_inboxes(void **state)
     owner_end(&o);
 }
 
+/* ---- uncached threads (tcache.h) ---- */
+
+static bool cache_enabled(void)
+{
+    bool on;
+    size_t len = sizeof(on);
+    assert_int_equal(mallctl("thread.tcache.enabled", &on, &len, NULL, 0), 0);
+    return on;
+}
+
+static void cache_enable(bool on)
+{
+    assert_int_equal(mallctl("thread.tcache.enabled", NULL, NULL, &on, sizeof(on)), 0);
+    assert_true(cache_enabled() == on);
+}
+
+#define UNCACHED_N 100
+
+/* With its cache off, a thread takes each object from the central list and
+ * gives each back there, one at a time, from spans no thread owns: nothing
+ * stays with it.  Turned on again, it caches again. */
+static void *uncached_body(void *arg)
+{
+    (void)arg;
+    unsigned cls = sizeclass_of(48);
+    static void *p[UNCACHED_N];
+    free(malloc(48)); /* a cache, on */
+    assert_true(cache_enabled());
+    cache_enable(false);
+    struct tcache *tc = tcache_get();
+    for (unsigned c = 1; c < SA_NUM_CLASSES; c++) {
+        assert_int_equal(tcache_bin_max(&tc->bins[c]), 0);
+        assert_int_equal(tcache_bin_count(&tc->bins[c]), 0);
+    }
+    assert_int_equal(tc->burst_bytes, 0);
+    size_t start = central_allocated(cls);
+    for (unsigned i = 0; i < UNCACHED_N; i++) {
+        p[i] = malloc(48);
+        assert_non_null(p[i]);
+        assert_int_equal(central_allocated(cls), start + i + 1); /* one, not a batch */
+        assert_int_equal(pagemap_owner_of(p[i]), 0);
+    }
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), EFAULT);
+    for (unsigned i = 0; i < UNCACHED_N; i++) {
+        free(p[i]);
+        assert_int_equal(central_allocated(cls), start + UNCACHED_N - i - 1);
+    }
+    assert_int_equal(tcache_cached_bytes(tc), 0);
+    cache_enable(true);
+    free(malloc(48)); /* a refill's batch, and the object back on top of it */
+    assert_true(tcache_bin_count(&tc->bins[cls]) > 1);
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    return NULL;
+}
+
+static void test_tcache_uncached_thread_keeps_nothing(void **state)
+{
+    (void)state;
+    bool was_active = test_prof_active(false); /* no proxies: exact counts */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, uncached_body, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    test_prof_active(was_active);
+}
+
+/* Turning a cache off gives back all it holds, and its spans become
+ * anyone's: another thread's frees of its objects go to the central list,
+ * not to its inbox, where nobody would take them. */
+static void *turn_off_body(void *arg)
+{
+    (void)arg;
+    unsigned cls = sizeclass_of(48), batch = sizeclass_batch(cls);
+    static void *live[OWNED_MAX], *spare[200];
+    size_t start = central_allocated(cls);
+    for (unsigned i = 0; i < batch; i++)
+        live[i] = malloc(48);
+    for (unsigned i = 0; i < 200; i++)
+        spare[i] = malloc(48);
+    for (unsigned i = 0; i < 200; i++)
+        free(spare[i]);
+    struct tcache *tc = tcache_get();
+    assert_true(tcache_cached_bytes(tc) > 0);
+    assert_int_equal(pagemap_owner_of(live[0]), tc->owner_tag);
+    uint32_t incarnation = tc->incarnation;
+    cache_enable(false);
+    assert_int_equal(tcache_cached_bytes(tc), 0);
+    assert_int_not_equal(tc->incarnation, incarnation);
+    assert_int_equal(central_allocated(cls), start + batch);
+    free_elsewhere(live, batch); /* a whole batch: the chain is flushed */
+    assert_int_equal(inbox_count(tc, cls), 0);
+    assert_int_equal(central_allocated(cls), start);
+    cache_enable(true);
+    return NULL;
+}
+
+static void test_tcache_turning_off_gives_everything_back(void **state)
+{
+    (void)state;
+    bool was_active = test_prof_active(false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, turn_off_body, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    test_prof_active(was_active);
+}
+
 /* ---- thread.deallocated (derived: tcache.h) ---- */
 
 static uint64_t read_u64(const char *name)
@@ -1036,10 +1142,10 @@ static void *free_all(void *arg)
 
 /* Every free, realloc move and cross-thread free of a random workload under
  * heavy sampling (proxies taken and given back) against the sum of the
- * usable sizes freed, checked after each step. */
-static void test_tcache_deallocated_is_exact(void **state)
+ * usable sizes freed, checked after each step; with `toggling`, the
+ * thread's cache goes off and on every 10007 steps (uncached threads). */
+static void deallocated_workload(bool toggling)
 {
-    (void)state;
     size_t saved = prof_lg_sample_get();
     prof_lg_sample_set(12); /* a sample every 4 KiB: many proxies */
     void **slot = calloc(SLOTS, sizeof(void *));
@@ -1077,6 +1183,8 @@ static void test_tcache_deallocated_is_exact(void **state)
         }
         if (step % 997 == 0)
             assert_int_equal(read_u64("thread.deallocated") - d0, freed);
+        if (toggling && step % 10007 == 0)
+            cache_enable(!cache_enabled());
     }
     assert_int_equal(read_u64("thread.deallocated") - d0, freed);
 
@@ -1096,6 +1204,19 @@ static void test_tcache_deallocated_is_exact(void **state)
     assert_int_equal(read_u64("thread.deallocated") - d0, freed);
     free(slot);
     prof_lg_sample_set(saved);
+    cache_enable(true);
+}
+
+static void test_tcache_deallocated_is_exact(void **state)
+{
+    (void)state;
+    deallocated_workload(false);
+}
+
+static void test_tcache_deallocated_is_exact_cache_off_and_on(void **state)
+{
+    (void)state;
+    deallocated_workload(true);
 }
 
 int main(void)
@@ -1125,7 +1246,10 @@ int main(void)
         cmocka_unit_test(test_tcache_inbox_is_bounded),
         cmocka_unit_test(test_tcache_remote_chain_has_one_owner),
         cmocka_unit_test(test_tcache_trim_drains_inboxes),
+        cmocka_unit_test(test_tcache_uncached_thread_keeps_nothing),
+        cmocka_unit_test(test_tcache_turning_off_gives_everything_back),
         cmocka_unit_test(test_tcache_deallocated_is_exact),
+        cmocka_unit_test(test_tcache_deallocated_is_exact_cache_off_and_on),
     };
     return cmocka_run_group_tests_name("tcache", tests, NULL, NULL);
 }
