@@ -58,7 +58,7 @@ SRCS := $(wildcard src/*.c)
 # from .init_array and .fini_array, untouched.  test/check_layout.sh holds
 # the library to all this.
 COLD_SRCS := src/ctl.c src/dump.c src/glibc_compat.c src/guard.c src/log.c src/pprof.c \
-             src/procmaps.c src/residency.c src/stats.c
+             src/procmaps.c src/residency.c src/stats.c src/xallocx.c
 LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS)) $(COLD_SRCS))
 TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 
@@ -166,6 +166,12 @@ test/bin/secure_env: test/integration/secure_env.c lib/libsalloc.a | test/bin
 test/bin/small_stack_coroutine: test/integration/small_stack_coroutine.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
+# Linked with jemalloc, where its header is (libjemalloc-dev): else not
+# built, and test_real_programs says it skipped it.
+JEMALLOC_HEADER := $(wildcard /usr/include/jemalloc/jemalloc.h)
+test/bin/jemalloc_linked: test/integration/jemalloc_linked.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $< -ljemalloc
+
 test/bin/fork_handlers: test/integration/fork_handlers.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -o $@ $< -ldl
 
@@ -227,7 +233,8 @@ UNCACHED := tcache:false,lg_prof_sample:12
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
                  test/bin/prof_leaks \
                  test/bin/prof_small_stack test/bin/fork_handlers test/bin/secure_env \
-                 test/bin/static_sampling test/bin/small_stack_coroutine
+                 test/bin/static_sampling test/bin/small_stack_coroutine \
+                 $(if $(JEMALLOC_HEADER),test/bin/jemalloc_linked)
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
       bench/bin/callgrind_pair

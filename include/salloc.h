@@ -61,6 +61,25 @@ int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp,
 void malloc_stats_print(void (*write_cb)(void *cbopaque, const char *s),
                         void *cbopaque, const char *opts) SALLOC_NOTHROW;
 
+/* jemalloc's own allocation functions (salloc(3), MALLOCX), with its
+ * flags: the same values, so that a program built against jemalloc's
+ * header passes what salloc reads. */
+#ifndef MALLOCX_ZERO
+#define MALLOCX_LG_ALIGN(la) ((int)(la))
+#define MALLOCX_ALIGN(a) ((int)__builtin_ctzll((unsigned long long)(a)))
+#define MALLOCX_ZERO ((int)0x40)
+#define MALLOCX_TCACHE(tc) ((int)(((tc) + 2) << 8))
+#define MALLOCX_TCACHE_NONE MALLOCX_TCACHE(-1)
+#define MALLOCX_ARENA(a) ((((int)(a)) + 1) << 20)
+#endif
+void *mallocx(size_t size, int flags) SALLOC_NOTHROW;
+void *rallocx(void *ptr, size_t size, int flags) SALLOC_NOTHROW;
+size_t xallocx(void *ptr, size_t size, size_t extra, int flags) SALLOC_NOTHROW;
+size_t sallocx(const void *ptr, int flags) SALLOC_NOTHROW;
+void dallocx(void *ptr, int flags) SALLOC_NOTHROW;
+void sdallocx(void *ptr, size_t size, int flags) SALLOC_NOTHROW;
+size_t nallocx(size_t size, int flags) SALLOC_NOTHROW;
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,7 @@
 #include "central.h"
 #include "conf.h"
 #include "fastpath.h"
+#include "malloc_steps.h"
 #include "init.h"
 #include "log.h"
 #include "os.h"
@@ -473,6 +474,55 @@ static size_t moving_size(size_t old, size_t n)
  * now, and a buffer grown by appends is not decided again at each append
  * (charging the whole block each time made an append loop sample, and move
  * to fresh pages, once every R / size appends). */
+/* Large span `large`, of `old` usable bytes, resized in place to `pages`
+ * pages and counted as realloc_slow says; false if the page heap could
+ * not (a neighbour is in use).  A sample's walk starts at `from`. */
+static bool resize_large_counted(struct tcache *tc, struct span *large, size_t old,
+                                 size_t pages, const struct unwind_from *from)
+{
+    if (!resize_large(large, pages))
+        return false;
+    size_t usable = pages << SA_PAGE_SHIFT;
+    size_t charge = usable >= old ? usable - old : usable;
+    uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
+    if (usable < old && large->sample)
+        prof_unsample_span(large); /* decided afresh below */
+    if (usable > old && large->sample)
+        prof_resize_span_sample(large, usable);
+    else if (rate)
+        prof_sample_span(tc, large, usable, rate, from);
+    if (tc) {
+        count_unsampled(tc, usable - charge);
+        tc->dealloc_adjust += old - usable; /* no stack saw either block */
+    }
+    return true;
+}
+
+/* realloc_slow's in-place cases: block `p`, of usable size `old` and class
+ * `cls` (0: not a small object), kept for `n` bytes, whose request (grown,
+ * if n > old) is `r`, and counted as a realloc.  Its usable size now, or
+ * 0 if it must move. */
+static size_t realloc_in_place(struct tcache *tc, void *p, size_t old, unsigned cls, size_t n,
+                               const struct request *r, const struct unwind_from *from)
+{
+    /* Small (ordinary or sampled), or large with a small usable size (an
+     * aligned block): the usable size stays. */
+    /* Or a guarded large sample (its own mapping, no large span) that
+     * needs as many pages: it once moved, and was decided afresh, at every
+     * realloc, to the same size too. */
+    if (old <= SA_MAX_SMALL ? keeps_small(old, n)
+                            : n <= old && sa_pages_for(n) == sa_pages_for(old) && !cls &&
+                                  pageheap_sampled_span(p)) {
+        if (tc)
+            count_unsampled(tc, old);
+        return old;
+    }
+    struct span *large = cls ? NULL : pageheap_large_span(p);
+    if (large && !r->cls && resize_large_counted(tc, large, old, r->pages, from))
+        return r->usable;
+    return 0;
+}
+
 SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
 {
     size_t old = usable_size(p, "realloc");
@@ -486,36 +536,10 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
     }
     struct tcache *tc = init_thread_cache();
     const struct unwind_from from = UNWIND_FROM_HERE(); /* if a sample is taken */
-    /* Small (ordinary or sampled), or large with a small usable size (an
-     * aligned block): the usable size stays. */
-    /* Or a guarded large sample (its own mapping, no large span) that
-     * needs as many pages: it once moved, and was decided afresh, at every
-     * realloc, to the same size too. */
-    if (old <= SA_MAX_SMALL ? keeps_small(old, n)
-                            : n <= old && sa_pages_for(n) == sa_pages_for(old) && !cls &&
-                                  pageheap_sampled_span(p)) {
-        if (tc)
-            count_unsampled(tc, old);
-        return p;
-    }
     if (n > old)
         growth_request(n, &r);
-    struct span *large = cls ? NULL : pageheap_large_span(p);
-    if (large && !r.cls && resize_large(large, r.pages)) {
-        size_t charge = r.usable >= old ? r.usable - old : r.usable;
-        uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
-        if (r.usable < old && large->sample)
-            prof_unsample_span(large); /* decided afresh below */
-        if (r.usable > old && large->sample)
-            prof_resize_span_sample(large, r.usable);
-        else if (rate)
-            prof_sample_span(tc, large, r.usable, rate, &from);
-        if (tc) {
-            count_unsampled(tc, r.usable - charge);
-            tc->dealloc_adjust += old - r.usable; /* no stack saw either block */
-        }
+    if (realloc_in_place(tc, p, old, cls, n, &r, &from))
         return p;
-    }
     if (n > old) {
         size_t want = moving_size(old, n);
         if (want > n)
@@ -792,4 +816,80 @@ SA_EXPORT int malloc_trim(size_t pad)
     purged += prof_purge_spares(); /* given back purged: before the cache's purge */
     purged += sampled_pages_purge();
     return purged > 0;
+}
+
+/* ---- steps for the entry points elsewhere (malloc_steps.h) ---- */
+
+void *malloc_step_alloc(size_t size, size_t align, bool zero)
+{
+    if (!zero)
+        return alloc_aligned(align, size);
+    struct request r;
+    size_t n = size_for_align(align, size);
+    if (!request_for(n, align > 16 ? align : 1, &r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (r.cls) { /* a cached object is never known to be zero */
+        void *p = alloc_aligned(align, size);
+        return p ? memset(p, 0, usable_size(p, "mallocx")) : NULL;
+    }
+    bool zeroed = false; /* fresh or purged pages are (calloc_slow) */
+    void *p = alloc_slow(n, align > 16 ? align : 1, &zeroed);
+    if (p && !zeroed)
+        memset(p, 0, usable_size(p, "mallocx"));
+    return p;
+}
+
+#if defined(__clang__)
+#define SA_COPY_REALLOC_ATTRIBUTES
+#else
+#define SA_COPY_REALLOC_ATTRIBUTES copy(realloc),
+#endif
+extern __typeof(realloc) malloc_step_realloc
+    __attribute__((alias(SA_NAME_OF(realloc)), SA_COPY_REALLOC_ATTRIBUTES visibility("hidden")));
+
+size_t malloc_step_usable(const void *p, const char *fn) { return usable_size(p, fn); }
+
+size_t malloc_step_request_usable(size_t size, size_t align)
+{
+    struct request r;
+    return request_for(size_for_align(align, size), align > 16 ? align : 1, &r) ? r.usable : 0;
+}
+
+size_t malloc_step_resize(void *p, size_t n, const char *fn, const struct unwind_from *from)
+{
+    size_t old = usable_size(p, fn);
+    unsigned cls = pagemap_class_of(p);
+    if (unlikely(opt_check) && cls) /* as realloc_slow */
+        check_small_live(p, cls, fn, "use after free");
+    struct request r;
+    if (!request_for(n, 1, &r))
+        return 0;
+    if (n > old)
+        growth_request(n, &r);
+    return realloc_in_place(init_thread_cache(), p, old, cls, n, &r, from);
+}
+
+size_t malloc_step_resize_large(void *p, size_t size, size_t extra,
+                                const struct unwind_from *from)
+{
+    size_t old = usable_size(p, "xallocx");
+    if (size == 0) /* jemalloc leaves it undefined: the least there is */
+        size = 1;
+    struct span *large = pagemap_class_of(p) ? NULL : pageheap_large_span(p);
+    size_t most = PAGEHEAP_MAX_PAGES << SA_PAGE_SHIFT;
+    if (!large || size > most)
+        return old;
+    size_t want = extra > most - size ? most : size + extra;
+    struct tcache *tc = init_thread_cache();
+    /* The most it may hold, else the least; neither if it has that already. */
+    size_t tries[2] = {sa_pages_for(want), sa_pages_for(size)};
+    for (unsigned i = 0; i < 2; i++) {
+        if (tries[i] == large->npages)
+            return old;
+        if (resize_large_counted(tc, large, old, tries[i], from))
+            return tries[i] << SA_PAGE_SHIFT;
+    }
+    return old;
 }

@@ -5,6 +5,7 @@ lib=${1:?usage: check_exports.sh lib/libsalloc.so}
 want="aligned_alloc calloc free free_aligned_sized free_sized malloc malloc_stats_print
 malloc_trim malloc_usable_size mallctl mallctlbymib mallctlnametomib memalign
 mallinfo mallinfo2 malloc_stats malloc_info mallopt
+mallocx rallocx xallocx sallocx dallocx sdallocx nallocx
 posix_memalign pvalloc realloc reallocarray valloc
 _Znwm _Znam _ZnwmSt11align_val_t _ZnamSt11align_val_t _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
 _ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t

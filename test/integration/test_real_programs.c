@@ -772,6 +772,36 @@ static void test_real_programs_fork_handlers_allocate(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* jemalloc_linked: a program linked with -ljemalloc that mixes jemalloc's
+ * mallocx family with malloc and free on the same blocks.  Preloaded, salloc
+ * must answer both (xallocx.c): before salloc had a mallocx of its own,
+ * jemalloc's served those calls and the program aborted on its first
+ * block handed to salloc.  Built only where jemalloc's header is
+ * (libjemalloc-dev). */
+
+static void test_real_programs_jemalloc_linked_program(void **state)
+{
+    const char *tmp = *state, *lib = salloc_lib();
+    const char *dir = getenv("TEST_BIN_DIR");
+    char *bin = xasprintf("%s/jemalloc_linked", dir && *dir ? dir : "test/bin");
+    bool built = access(bin, X_OK) == 0;
+    free(bin);
+    if (!built) {
+        fprintf(stderr, "SKIP: jemalloc_linked: not built (libjemalloc-dev is not installed)\n");
+        skip();
+    }
+    char *path = own_program("jemalloc_linked");
+    char *argv[] = { path, NULL };
+    run_t plain, pre;
+    run_plain_and_preloaded(argv, tmp, lib, NULL, 60, &plain, &pre);
+    assert_string_equal(plain.out, "allocator: jemalloc\nok\n");
+    assert_string_equal(pre.out, "allocator: salloc\nok\n");
+    run_free(&plain);
+    run_free(&pre);
+    free(path);
+}
+
+/* ------------------------------------------------------------------ */
 /* secure_env: SALLOC_CONF and MALLOC_CONF count in a program run plainly,
  * not in one run set-user-ID (secure execution), as glibc's MALLOC_
  * variables do not: whoever ran it would choose where it writes heap
@@ -884,6 +914,8 @@ static void test_real_programs_cxx_operators(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_real_programs_jemalloc_linked_program,
+                                        tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_fork_handlers_allocate,
                                         tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_real_programs_secure_execution_ignores_options,
