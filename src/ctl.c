@@ -46,12 +46,13 @@
 
 /* ---- values ---- */
 
-enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR };
+/* T_FN: a function pointer (experimental.hooks.*). */
+enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR, T_FN };
 static const size_t type_size[] = {
     [T_VOID] = 0, [T_BOOL] = sizeof(bool), [T_UNSIGNED] = sizeof(unsigned),
     [T_UINT32] = sizeof(uint32_t), [T_SIZE] = sizeof(size_t),
     [T_SSIZE] = sizeof(ssize_t), [T_UINT64] = sizeof(uint64_t),
-    [T_STR] = sizeof(const char *),
+    [T_STR] = sizeof(const char *), [T_FN] = sizeof(void (*)(void)),
 };
 
 union ctl_val {
@@ -62,6 +63,7 @@ union ctl_val {
     ssize_t zd;
     uint64_t u64;
     const char *s;
+    void (*fn)(void); /* cast to and from the hook's own type */
 };
 
 /* Access: r- read only, rw, -w write only, -- action, rx read xor write
@@ -497,6 +499,34 @@ static int ctl_thread_prof_name(const struct ctl_ctx *cx, union ctl_val *old,
     return new ? prof_thread_name_set(new->s) : 0;
 }
 
+/* experimental.hooks.prof_backtrace and .prof_dump, as jemalloc's: EINVAL
+ * with neither an old nor a new value; the backtrace hook cannot be NULL
+ * (EINVAL: write back what was read to restore salloc's walker), the dump
+ * hook can (none). */
+static int ctl_hook_prof_backtrace(const struct ctl_ctx *cx, union ctl_val *old,
+                                   const union ctl_val *new)
+{
+    (void)cx;
+    if (!old && !new)
+        return EINVAL;
+    if (old)
+        old->fn = (void (*)(void))prof_backtrace_hook_get();
+    return new ? prof_backtrace_hook_set((prof_backtrace_hook_t) new->fn) : 0;
+}
+
+static int ctl_hook_prof_dump(const struct ctl_ctx *cx, union ctl_val *old,
+                              const union ctl_val *new)
+{
+    (void)cx;
+    if (!old && !new)
+        return EINVAL;
+    if (old)
+        old->fn = (void (*)(void))prof_dump_hook_get();
+    if (new)
+        prof_dump_hook_set((prof_dump_hook_t) new->fn);
+    return 0;
+}
+
 /* Whether the calling thread had a cache when mallctl() was entered (the
  * entry point may give it one while initialising). */
 static __thread bool had_cache;
@@ -587,6 +617,8 @@ static const struct ctl_row table[] = {
     CONST("config.utrace", T_BOOL, 0),
     CONST("config.xmalloc", T_BOOL, 0),
     FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
+    FN("experimental.hooks.prof_backtrace", T_FN, A_RW, ctl_hook_prof_backtrace, G_PROF_WRITE),
+    FN("experimental.hooks.prof_dump", T_FN, A_RW, ctl_hook_prof_dump, G_PROF_WRITE),
     VAR("opt.abort", T_BOOL, opt_abort),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
     VAR("opt.background_thread", T_BOOL, opt_background_thread),

@@ -745,6 +745,56 @@ static struct prof_stack *walk_and_intern_memo(struct tcache *tc, const struct u
     return st;
 }
 
+/* ---- hooks (experimental.hooks.*: prof.h) ---- */
+
+/* NULL: salloc's own walker, with the memo's replays (capture_stack). */
+static prof_backtrace_hook_t backtrace_hook;
+static prof_dump_hook_t dump_hook;
+
+void prof_default_backtrace(void **vec, unsigned *len, unsigned max)
+{
+    void *frames[STACK_WALK_SLOTS];
+    const struct unwind_from *from = tcache_get()->prof.hook_from;
+    unsigned n = from ? stack_capture_from(from, frames) : stack_capture(frames);
+    if (n > max)
+        n = max;
+    memcpy(vec, frames, n * sizeof(void *));
+    *len = n;
+}
+
+prof_backtrace_hook_t prof_backtrace_hook_get(void)
+{
+    prof_backtrace_hook_t hook = __atomic_load_n(&backtrace_hook, __ATOMIC_ACQUIRE);
+    return hook ? hook : prof_default_backtrace;
+}
+
+int prof_backtrace_hook_set(prof_backtrace_hook_t hook)
+{
+    if (!hook)
+        return EINVAL;
+    __atomic_store_n(&backtrace_hook, hook == prof_default_backtrace ? NULL : hook,
+                     __ATOMIC_RELEASE);
+    return 0;
+}
+
+prof_dump_hook_t prof_dump_hook_get(void) { return __atomic_load_n(&dump_hook, __ATOMIC_ACQUIRE); }
+void prof_dump_hook_set(prof_dump_hook_t hook) { __atomic_store_n(&dump_hook, hook, __ATOMIC_RELEASE); }
+
+/* A sample's stack as the prof_backtrace hook gives it, interned.  Out of
+ * line, so that its buffer is on a sample's stack only with a hook set (a
+ * sample may run on a small signal or coroutine stack).  The hook runs
+ * under the reentrancy guard: what it allocates is served unsampled. */
+__attribute__((noinline)) static struct prof_stack *
+walk_with_hook(struct tcache *tc, prof_backtrace_hook_t hook, const struct unwind_from *from)
+{
+    void *frames[STACK_MAX_DEPTH];
+    unsigned len = 0;
+    tc->prof.hook_from = from;
+    hook(frames, &len, STACK_MAX_DEPTH);
+    tc->prof.hook_from = NULL;
+    return stack_intern(frames, len < STACK_MAX_DEPTH ? len : STACK_MAX_DEPTH);
+}
+
 /* Captures the calling thread's stack into the stack table, under the
  * reentrancy guard; NULL if the thread is already inside the profiler (the
  * unwinder allocating: that allocation is served unsampled) or the table is
@@ -757,8 +807,11 @@ static struct prof_stack *capture_stack(struct tcache *tc, const struct unwind_f
     tc->prof.in_prof = true;
     if (unlikely(opt_prof_sys_thread_name)) /* a system call: before any lock */
         name_from_system(tc);
-    struct prof_stack *st = from ? walk_and_intern_memo(tc, from) : walk_and_intern();
-    if (!st) { /* no memory for the stack's record: this sample is lost */
+    prof_backtrace_hook_t hook = __atomic_load_n(&backtrace_hook, __ATOMIC_ACQUIRE);
+    struct prof_stack *st = unlikely(hook != NULL) ? walk_with_hook(tc, hook, from)
+                            : from                 ? walk_and_intern_memo(tc, from)
+                                                   : walk_and_intern();
+    if (!st) { /* no memory for the stack's record (or no frames): this sample is lost */
         __atomic_fetch_add(&samples_failed, 1, __ATOMIC_RELAXED);
         tc->prof.in_prof = false;
     }
@@ -1236,13 +1289,40 @@ static void dump_end(int cancel_state)
     pthread_setcancelstate(cancel_state, NULL);
 }
 
+/* dump_end, then the prof_dump hook told that `path` was written.  An
+ * automatic name is copied first: the next dump reuses auto_path as soon
+ * as the lock is free.  Out of line: the copy is on the stack only when a
+ * hook is set (an automatic dump runs inside malloc). */
+__attribute__((noinline)) static void dump_end_telling(int cancel_state, prof_dump_hook_t hook,
+                                                       const char *path)
+{
+    char name[sizeof(auto_path)];
+    if (path == auto_path) {
+        memcpy(name, auto_path, sizeof(name));
+        path = name;
+    }
+    dump_end(cancel_state);
+    hook(path);
+}
+
+/* dump_end after a dump that returned `rc` on `path` (NULL: auto_path),
+ * telling the prof_dump hook if it wrote the file. */
+static void dump_end_after(int cancel_state, int rc, const char *path)
+{
+    prof_dump_hook_t hook = prof_dump_hook_get();
+    if (rc == 0 && hook)
+        dump_end_telling(cancel_state, hook, path ? path : auto_path);
+    else
+        dump_end(cancel_state);
+}
+
 static int manual_dump(const char *path, enum dump_kind what)
 {
     if (!opt_prof)
         return ENOENT;
     int state = dump_begin();
     int rc = dump_locked(path, 'm', &mseq, what, NULL);
-    dump_end(state);
+    dump_end_after(state, rc, path);
     if (state == PTHREAD_CANCEL_ENABLE)
         pthread_testcancel(); /* nothing held now */
     return rc;
@@ -1256,8 +1336,8 @@ bool prof_residency(void) { return dump_residency_available(); }
 static void auto_dump(char kind, uint64_t *kseq)
 {
     int state = dump_begin();
-    dump_locked(NULL, kind, kseq, DUMP_LIVE, NULL);
-    dump_end(state);
+    int rc = dump_locked(NULL, kind, kseq, DUMP_LIVE, NULL);
+    dump_end_after(state, rc, NULL);
 }
 
 static const char *plural(unsigned long long n) { return n == 1 ? "" : "s"; }
@@ -1299,14 +1379,22 @@ static void final_dump(void)
 {
     /* The final dump's name, for the summary made after dump_lock is
      * released (it may flush stdio, which may allocate and so dump). */
-    SA_BSS_APART static char final_path[sizeof(auto_path)];
+    SA_BSS_APART static char final_path[sizeof(auto_path)], peak_path[sizeof(auto_path)];
     struct dump_totals leaks = {.taken = false}; /* stays so if no dump was attempted */
     int state = dump_begin();
     bool written = dump_locked(NULL, 'f', NULL, DUMP_LIVE, opt_prof_leak ? &leaks : NULL) == 0;
     memcpy(final_path, auto_path, sizeof(final_path));
-    if (opt_prof_final_peak)
-        dump_locked(NULL, 'p', NULL, DUMP_PEAK, NULL);
+    bool peak_written = false;
+    if (opt_prof_final_peak) {
+        peak_written = dump_locked(NULL, 'p', NULL, DUMP_PEAK, NULL) == 0;
+        memcpy(peak_path, auto_path, sizeof(peak_path));
+    }
     dump_end(state);
+    prof_dump_hook_t hook = prof_dump_hook_get();
+    if (hook && written)
+        hook(final_path);
+    if (hook && peak_written)
+        hook(peak_path);
     if (opt_prof_leak && leaks.taken)
         report_leaks(&leaks, final_path, written);
 }

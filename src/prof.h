@@ -81,6 +81,22 @@ int prof_dump_fragmentation(const char *path);
 int prof_dump_peak(const char *path);
 /* prof.residency: whether dumps can read /proc/self/pagemap. */
 bool prof_residency(void);
+/* experimental.hooks.prof_backtrace (man/salloc.3): a function that fills
+ * vec[0, *len) with at most `max` return addresses, innermost first, and
+ * walks the stacks of samples instead of salloc's walker; NULL is refused
+ * (EINVAL).  prof_default_backtrace is salloc's walker in that form (what
+ * the hook reads before any is set, and how a hook restores it): inside a
+ * hook, the sample's stack above salloc; elsewhere, its caller's. */
+typedef void (*prof_backtrace_hook_t)(void **vec, unsigned *len, unsigned max);
+void prof_default_backtrace(void **vec, unsigned *len, unsigned max);
+prof_backtrace_hook_t prof_backtrace_hook_get(void);
+int prof_backtrace_hook_set(prof_backtrace_hook_t hook);
+/* experimental.hooks.prof_dump: called with each dump's file name once the
+ * file is in place (not for a dump that failed), on the thread that
+ * dumped, holding no salloc lock; NULL for none. */
+typedef void (*prof_dump_hook_t)(const char *filename);
+prof_dump_hook_t prof_dump_hook_get(void);
+void prof_dump_hook_set(prof_dump_hook_t hook);
 /* prof.prefix: copies the prefix for automatic names; EFAULT if too long. */
 int prof_prefix_set(const char *prefix);
 const char *prof_prefix_get(void);

@@ -127,6 +127,9 @@ struct tcache_prof {
     /* The interned stack of memo's walk (NULL: not interned yet): a replay
      * gives the same frames, so the same record (records live forever). */
     struct prof_stack *memo_stack;
+    /* While a prof_backtrace hook runs for a sample: where salloc's own
+     * walk would start (prof_default_backtrace); NULL otherwise. */
+    const struct unwind_from *hook_from;
 };
 
 /* Objects freed by this thread that belong to another thread's spans, on

@@ -29,8 +29,11 @@
  * to its NUL, never raw input bytes as a pointer.  Paths (prof.dump,
  * prof.dump_fragmentation, prof.dump_peak, prof.prefix) are moved into the
  * target's temporary directory ('/' becomes '_'), which is the prefix of
- * every automatic dump too and is emptied after each input.  A new string
- * leaf in src/ctl.c's table must be added to strings[].
+ * every automatic dump too and is emptied after each input.  A function
+ * leaf (experimental.hooks.*) gets one of the functions below, salloc's own
+ * walker, or NULL, chosen by an input byte: never raw bytes either.  A new
+ * string or function leaf in src/ctl.c's table must be added to strings[]
+ * (test/fuzz/check_string_leaves.sh checks).
  *
  * Checked on every call: the return code is one mallctl may return, errno
  * is untouched, *oldlenp never grows past the buffer, a string read points
@@ -39,6 +42,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <unistd.h> /* access */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,12 +63,14 @@ void sa_fuzz_free(void *p);
 
 #define LG_SAMPLE 12 /* sample about one allocation per 4 KiB */
 
-enum { S_READ = 1, S_WRITE = 2, S_PATH = 4 };
+enum { S_READ = 1, S_WRITE = 2, S_PATH = 4, S_FN = 8 };
 static const struct {
     const char *name;
     unsigned how;
 } strings[] = {
     {"config.malloc_conf", S_READ},
+    {"experimental.hooks.prof_backtrace", S_FN},
+    {"experimental.hooks.prof_dump", S_FN},
     {"opt.prof_format", S_READ},
     {"opt.prof_prefix", S_READ},
     {"opt.prof_unwind", S_READ},
@@ -85,6 +91,50 @@ static unsigned string_leaf(const char *name)
         if (!strcmp(strings[i].name, name))
             return strings[i].how;
     return 0;
+}
+
+/* ---- the hooks a function leaf may get ---- */
+
+typedef void (*backtrace_fn)(void **, unsigned *, unsigned);
+typedef void (*dump_fn)(const char *);
+static backtrace_fn salloc_walker; /* read at start-up */
+static unsigned fuzz_walks;
+
+/* Made-up stacks, a few addresses no code is at: the dump writers meet
+ * frames in no mapping. */
+static void fuzz_backtrace(void **vec, unsigned *len, unsigned max)
+{
+    FUZZ_CHECK(*len == 0 && max > 0);
+    unsigned n = 1 + fuzz_walks++ % 4;
+    for (unsigned i = 0; i < n && i < max; i++)
+        vec[i] = (void *)(uintptr_t)(0x100 * (i + 1) + fuzz_walks % 8);
+    *len = n < max ? n : max;
+}
+
+/* Told of each dump: a file in the target's directory, in place. */
+static void fuzz_dump_hook(const char *filename)
+{
+    FUZZ_CHECK(filename != NULL);
+    FUZZ_CHECK(access(filename, F_OK) == 0);
+}
+
+/* The function a write to hook leaf `name` passes, chosen by `pick`. */
+static void (*hook_value(const char *name, uint8_t pick))(void)
+{
+    if (!strcmp(name, "experimental.hooks.prof_dump"))
+        return pick % 2 ? (void (*)(void))fuzz_dump_hook : NULL;
+    switch (pick % 3) {
+    case 0: return (void (*)(void))fuzz_backtrace;
+    case 1: return (void (*)(void))salloc_walker;
+    default: return NULL; /* refused: EINVAL */
+    }
+}
+
+/* Whether `fn`, read from a hook leaf, is one that was written there. */
+static bool hook_known(void (*fn)(void))
+{
+    return fn == NULL || fn == (void (*)(void))fuzz_backtrace ||
+           fn == (void (*)(void))salloc_walker || fn == (void (*)(void))fuzz_dump_hook;
 }
 
 /* ---- reading the input ---- */
@@ -185,6 +235,9 @@ static void reset_state(bool maybe_reset)
     set("arenas.dirty_decay_ms", &decay, sizeof(decay));
     set("prof.prefix", &prefix, sizeof(prefix));
     set("thread.prof.name", &no_name, sizeof(no_name));
+    dump_fn no_dump_hook = NULL;
+    set("experimental.hooks.prof_backtrace", &salloc_walker, sizeof(salloc_walker));
+    set("experimental.hooks.prof_dump", &no_dump_hook, sizeof(no_dump_hook));
     if (maybe_reset)
         baseline_make();
     fuzz_tmpdir_empty();
@@ -262,7 +315,11 @@ static bool one_call(struct input *in)
     char *value = NULL;
     if ((mode & 32) && api != 2) {
         newp = malloc(newlen);
-        if (str & S_WRITE) {
+        if (str & S_FN) {
+            void (*fn)(void) = hook_value(name, take_byte(in));
+            memset(newp, 0, newlen);
+            memcpy(newp, &fn, newlen < sizeof(fn) ? newlen : sizeof(fn));
+        } else if (str & S_WRITE) {
             char *s = take_string(in);
             value = (str & S_PATH) ? in_tmpdir(s) : strdup(s);
             free(s);
@@ -287,6 +344,11 @@ static bool one_call(struct input *in)
         memcpy(&s, oldp, sizeof(s));
         FUZZ_CHECK(s != NULL);
         FUZZ_CHECK(strlen(s) < 4096);
+    }
+    if (rc == 0 && oldp && oldlenp && len == sizeof(void (*)(void)) && (str & S_FN)) {
+        void (*fn)(void);
+        memcpy(&fn, oldp, sizeof(fn));
+        FUZZ_CHECK(hook_known(fn));
     }
 
     if (mode & 128) {
@@ -318,6 +380,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     size_t lg = 0, len = sizeof(lg);
     FUZZ_CHECK(mallctl("prof.lg_sample", &lg, &len, NULL, 0) == 0);
     FUZZ_CHECK(lg == LG_SAMPLE); /* the options above were applied */
+    len = sizeof(salloc_walker);
+    FUZZ_CHECK(mallctl("experimental.hooks.prof_backtrace", &salloc_walker, &len, NULL, 0) == 0);
+    FUZZ_CHECK(salloc_walker != NULL);
     baseline_make();
     return 0;
 }
