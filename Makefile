@@ -226,8 +226,8 @@ GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
 # forks allocate: decay concurrent with everything else.
 BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
 # Every thread starting uncached (tcache.h): each malloc and free through the
-# central lists, sampled every 4 KiB; test_stress's workers turn their
-# caches on and off as they go in every run.
+# central lists, sampled every 4 KiB, in the stress test and real programs;
+# test_stress's workers also turn their caches on and off in every run.
 UNCACHED := tcache:false,lg_prof_sample:12
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
@@ -257,9 +257,11 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    $(TEST_ENV) STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(BACKGROUND_DECAY) \
 	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
-	echo "== test/bin/test_stress (LD_PRELOAD=lib/libsalloc.so, uncached threads: SALLOC_CONF=$(UNCACHED))"; \
-	$(TEST_ENV) STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(UNCACHED) \
-	    LD_PRELOAD=$(CURDIR)/lib/libsalloc.so test/bin/test_stress || fail=1; \
+	for t in test/bin/test_stress test/bin/test_real_programs; do \
+	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so, uncached threads: SALLOC_CONF=$(UNCACHED))"; \
+	    $(TEST_ENV) STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(UNCACHED) \
+	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
+	done; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
