@@ -89,6 +89,13 @@ struct false_sharing_result bench_false_sharing_passive(size_t rounds);
  * set inherited from its predecessor, then exiting. */
 double bench_churn(unsigned threads, unsigned generations, size_t ops_per_thread);
 
+/* A pool of `threads` threads, each in turn allocating and freeing bursts
+ * of small objects, then waiting, idle, until all have had their turn;
+ * seconds for the whole run, whose malloc+free pairs bench_idle_pool_ops
+ * counts. */
+double bench_idle_pool(unsigned threads);
+size_t bench_idle_pool_ops(unsigned threads);
+
 /* `threads` threads, each doing ops_per_thread malloc/free ops on its own
  * small live set; nothing shared.  seconds: from the first thread's start
  * to the last thread's end (thread start-up excluded), which charges any

@@ -142,6 +142,11 @@ void Churn(State &state, unsigned threads)
               [&] { return bench_churn(threads, kChurnGenerations, ops_per_thread); });
 }
 
+void IdlePool(State &state, unsigned threads)
+{
+    SelfTimed(state, bench_idle_pool_ops(threads), [&] { return bench_idle_pool(threads); });
+}
+
 // Per THREAD: wall time / one thread's ops, so perfect scaling keeps it flat.
 // thread_ns_per_op: the same from each thread's own start-to-end time (the
 // mean over threads); the wall time above also charges the threads' start
@@ -217,6 +222,7 @@ void RegisterThreaded()
     Add("phase/heap=256MiB", Phase)->UseManualTime();
     for (unsigned threads : {8u, 32u})
         Add("churn/threads=" + std::to_string(threads), Churn, threads)->UseManualTime();
+    Add("idle_pool/threads=64", IdlePool, 64u)->UseManualTime();
     for (unsigned threads : {1u, 2u, 4u, 8u, 16u}) {
         Add("scale_local/threads=" + std::to_string(threads), ScaleLocal, threads, false)->UseManualTime();
         Add("scale_harness/threads=" + std::to_string(threads), ScaleLocal, threads, true)->UseManualTime();

@@ -16,6 +16,9 @@
  *                   objects outliving the thread that allocated them
  *   scale_local     nothing shared: how throughput per thread holds up as
  *                   threads are added (the scaling figure)
+ *   idle_pool       work moves through a pool of threads, each of which does
+ *                   a burst and then waits: what an allocator keeps for
+ *                   threads that have stopped allocating (peak RSS)
  *
  * Harness memory that threads share (mailboxes, per-thread records) is
  * allocated 64-byte aligned and padded, and per-thread working sets live on
@@ -585,6 +588,85 @@ double bench_churn(unsigned threads, unsigned generations, size_t ops_per_thread
     free(lane);
     pthread_cond_destroy(&run.lane_done);
     pthread_mutex_destroy(&run.lock);
+    return seconds;
+}
+
+/* ---- idle_pool: a burst on each thread of a pool, which then waits ---- */
+
+#define IDLE_POOL_BURST 4000   /* objects a burst allocates, then frees */
+#define IDLE_POOL_ROUNDS 3     /* bursts a worker makes in its turn */
+
+struct idle_pool_run {
+    pthread_mutex_t lock;
+    pthread_cond_t next;     /* turn moved on */
+    unsigned turn;           /* the worker whose turn it is */
+    pthread_barrier_t done;  /* every worker, after its turn: all wait */
+};
+
+struct idle_pool_worker {
+    struct idle_pool_run *run;
+    unsigned index;
+    bench_rng rng;
+};
+
+/* Waits for its turn, makes its bursts, passes the turn on and waits, idle,
+ * until the whole pool has had its turn: one worker allocates at a time, so
+ * what the others keep is all the memory the pool needs beyond one burst. */
+static void *idle_pool_main(void *arg)
+{
+    struct idle_pool_worker *w = arg;
+    struct idle_pool_run *run = w->run;
+    pthread_mutex_lock(&run->lock);
+    while (run->turn != w->index)
+        pthread_cond_wait(&run->next, &run->lock);
+    pthread_mutex_unlock(&run->lock);
+    void **slot = alloc_or_die(IDLE_POOL_BURST * sizeof *slot);
+    for (unsigned round = 0; round < IDLE_POOL_ROUNDS; round++) {
+        for (unsigned i = 0; i < IDLE_POOL_BURST; i++) {
+            size_t size = bench_rng_range(&w->rng, 16, 512);
+            char *p = alloc_or_die(size);
+            touch_ends(p, size);
+            slot[i] = p;
+        }
+        for (unsigned i = 0; i < IDLE_POOL_BURST; i++)
+            free(slot[i]);
+    }
+    free(slot);
+    pthread_mutex_lock(&run->lock);
+    run->turn++;
+    pthread_cond_broadcast(&run->next);
+    pthread_mutex_unlock(&run->lock);
+    pthread_barrier_wait(&run->done);
+    return NULL;
+}
+
+size_t bench_idle_pool_ops(unsigned threads)
+{
+    return (size_t)threads * IDLE_POOL_ROUNDS * IDLE_POOL_BURST;
+}
+
+double bench_idle_pool(unsigned threads)
+{
+    struct idle_pool_run *run = alloc_lines(sizeof *run);
+    pthread_mutex_init(&run->lock, NULL);
+    pthread_cond_init(&run->next, NULL);
+    barrier_init(&run->done, threads);
+    struct idle_pool_worker *w = alloc_lines(threads * sizeof *w);
+    pthread_t *tid = alloc_or_die(threads * sizeof *tid);
+    uint64_t start = bench_now_ns();
+    for (unsigned i = 0; i < threads; i++) {
+        w[i] = (struct idle_pool_worker){run, i, bench_rng_seeded(300 + i)};
+        start_thread(&tid[i], idle_pool_main, &w[i]);
+    }
+    for (unsigned i = 0; i < threads; i++)
+        join_thread(tid[i]);
+    double seconds = seconds_since(start);
+    free(tid);
+    free(w);
+    pthread_barrier_destroy(&run->done);
+    pthread_cond_destroy(&run->next);
+    pthread_mutex_destroy(&run->lock);
+    free(run);
     return seconds;
 }
 
