@@ -196,6 +196,9 @@ struct tcache {
      * which only puts off its trim by one. */
     uint16_t active_event[SA_NUM_CLASSES];
     size_t burst_bytes; /* what bursts grew the stacks by, in bytes beyond their caps */
+    /* What the stacks' limits grew by beyond their first ones, in bytes
+     * (tcache.c: Many threads). */
+    size_t capacity_bytes;
     uint8_t slots_tier[SA_NUM_CLASSES];   /* where each stack's slots are (tcache.c) */
     struct tcache_remote remote[SA_NUM_CLASSES];
     struct tcache *next, *prev;           /* registry, under its lock */
@@ -306,6 +309,10 @@ void tcache_drain_all_inboxes(void);
  * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than
  * a batch. */
 uint32_t tcache_class_cap(unsigned cls);
+
+/* The most a cache's stacks may be limited to together, in bytes, with
+ * the threads there are now (tcache.c: Many threads); SIZE_MAX for few. */
+size_t tcache_capacity_bound(void);
 
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);

@@ -121,6 +121,91 @@ static void test_tcache_whole_cache_budget(void **state)
     free(objs);
 }
 
+/* Many threads (tcache.c): with more than 8 caches alive, what a cache's
+ * stacks' limits grow by stays within its share of 8 MiB (64 KiB at
+ * least): a burst of 2 MiB of one class leaves no more than that cached.
+ * Once the other caches are gone, its limit grows to the class's cap
+ * (256 KiB), past that share, as before. */
+#define MANY 40
+static struct tcache *many[MANY + 1]; /* the test's own last: its caches, for many_end */
+
+static void many_start(void)
+{
+    for (unsigned i = 0; i < MANY; i++)
+        many[i] = tcache_create();
+}
+
+/* Destroys what a test of many caches left (also after a failed assert,
+ * as a teardown: otherwise every later test would run among 40 caches). */
+static int many_end(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i <= MANY; i++)
+        if (many[i]) {
+            tcache_destroy(many[i]);
+            many[i] = NULL;
+        }
+    return 0;
+}
+
+static void test_tcache_many_caches_bound_what_each_keeps(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(512);
+    static void *objs[4096];
+    many_start();
+    size_t bound = tcache_capacity_bound();
+    assert_true(bound != SIZE_MAX);
+    assert_true(bound >= ((size_t)64 << 10) && bound <= ((size_t)8 << 20) / MANY);
+    struct tcache *tc = many[MANY] = tcache_create();
+    for (unsigned i = 0; i < 4096; i++)
+        objs[i] = cache_malloc(tc, cls);
+    assert_true(tc->capacity_bytes <= bound);
+    for (unsigned i = 0; i < 4096; i++)
+        cache_free(tc, objs[i]);
+    assert_true(tc->capacity_bytes <= bound);
+    assert_true(tcache_cached_bytes(tc) <= bound + 4 * 512); /* its first limit's 4 objects */
+    tcache_check(tc);
+    many[MANY] = NULL;
+    many_end(NULL);
+    many[MANY] = tc;
+    assert_int_equal(tcache_capacity_bound(), SIZE_MAX); /* few again */
+    for (unsigned i = 0; i < 4096; i++)
+        objs[i] = cache_malloc(tc, cls);
+    assert_true(tc->capacity_bytes > bound);
+    for (unsigned i = 0; i < 4096; i++)
+        cache_free(tc, objs[i]);
+    tcache_check(tc);
+}
+
+/* More caches started after a cache grew: a budget check (here made by
+ * another class's refills and overflows) finds its limits over its smaller
+ * share and halves them until they are within it. */
+static void test_tcache_capacity_shrinks_as_threads_start(void **state)
+{
+    (void)state;
+    unsigned cls = sizeclass_of(256), other = sizeclass_of(48);
+    static void *objs[2048], *small[512];
+    struct tcache *tc = many[MANY] = tcache_create();
+    for (unsigned i = 0; i < 2048; i++)
+        objs[i] = cache_malloc(tc, cls); /* out, not on the stack: no overflow of cls below */
+    size_t grown = tc->capacity_bytes; /* the class's cap: about 256 KiB */
+    many_start();
+    size_t bound = tcache_capacity_bound();
+    assert_true(grown > bound);
+    for (unsigned round = 0; round < 64 && tc->capacity_bytes > bound; round++) {
+        for (unsigned i = 0; i < 512; i++)
+            small[i] = cache_malloc(tc, other);
+        for (unsigned i = 0; i < 512; i++)
+            cache_free(tc, small[i]);
+    }
+    assert_true(tc->capacity_bytes <= bound);
+    for (unsigned i = 0; i < 2048; i++)
+        cache_free(tc, objs[i]);
+    assert_true(tcache_cached_bytes(tc) <= bound + 4 * (256 + 48));
+    tcache_check(tc);
+}
+
 /* A slow event of another class than `cls` (an overflow, forced): whatever
  * the thread does between two allocations of a class it takes among
  * others. */
@@ -1225,6 +1310,8 @@ int main(void)
         cmocka_unit_test(test_tcache_refill_slow_starts_to_a_batch),
         cmocka_unit_test(test_tcache_overflow_flushes_and_limits_adapt),
         cmocka_unit_test(test_tcache_whole_cache_budget),
+        cmocka_unit_test_teardown(test_tcache_many_caches_bound_what_each_keeps, many_end),
+        cmocka_unit_test_teardown(test_tcache_capacity_shrinks_as_threads_start, many_end),
         cmocka_unit_test(test_tcache_big_classes_cache_a_batch),
         cmocka_unit_test(test_tcache_bursts_of_big_classes),
         cmocka_unit_test(test_tcache_bursts_across_the_stamps_wrap),
