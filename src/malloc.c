@@ -293,6 +293,14 @@ static size_t size_for_align(size_t align, size_t size)
     return align == 16 && size < 16 ? 16 : size;
 }
 
+/* The request of an allocation of `size` bytes aligned to `align` (a power
+ * of two; 1 for none), as the aligned allocators make it: what a sized
+ * free checks against, and what mallocx and nallocx ask. */
+static bool request_aligned(size_t size, size_t align, struct request *r)
+{
+    return request_for(size_for_align(align, size), align > 16 ? align : 1, r);
+}
+
 /* ---- opt.check ---- */
 
 /* What a checked free writes into a small block's second word (the first
@@ -348,7 +356,7 @@ SA_SLOW_PATH void free_checking_size(void *p, size_t size, size_t align, const c
         struct request r;
         /* What the request got, or a size its block kept its place for in
          * a realloc (keeps_small). */
-        bool ok = request_for(size_for_align(align, size), align > 16 ? align : 1, &r) &&
+        bool ok = request_aligned(size, align, &r) &&
                   (r.usable == usable || (usable <= SA_MAX_SMALL && keeps_small(usable, size)));
         if (!ok)
             sa_fatal("%s(): size %zu does not match the %zu-byte block at %p", fn, size, usable,
@@ -825,8 +833,7 @@ void *malloc_step_alloc(size_t size, size_t align, bool zero)
     if (!zero)
         return alloc_aligned(align, size);
     struct request r;
-    size_t n = size_for_align(align, size);
-    if (!request_for(n, align > 16 ? align : 1, &r)) {
+    if (!request_aligned(size, align, &r)) {
         errno = ENOMEM;
         return NULL;
     }
@@ -835,7 +842,7 @@ void *malloc_step_alloc(size_t size, size_t align, bool zero)
         return p ? memset(p, 0, usable_size(p, "mallocx")) : NULL;
     }
     bool zeroed = false; /* fresh or purged pages are (calloc_slow) */
-    void *p = alloc_slow(n, align > 16 ? align : 1, &zeroed);
+    void *p = alloc_slow(size_for_align(align, size), align > 16 ? align : 1, &zeroed);
     if (p && !zeroed)
         memset(p, 0, usable_size(p, "mallocx"));
     return p;
@@ -854,7 +861,7 @@ size_t malloc_step_usable(const void *p, const char *fn) { return usable_size(p,
 size_t malloc_step_request_usable(size_t size, size_t align)
 {
     struct request r;
-    return request_for(size_for_align(align, size), align > 16 ? align : 1, &r) ? r.usable : 0;
+    return request_aligned(size, align, &r) ? r.usable : 0;
 }
 
 size_t malloc_step_resize(void *p, size_t n, const char *fn, const struct unwind_from *from)

@@ -36,11 +36,11 @@
  * cache's stacks may hold is bounded instead: what their limits grew by
  * beyond their first ones (capacity_bytes: the sum of (max - first max) x
  * size) stays within TCACHE_ALL_BUDGET shared out among the caches, and
- * never under TCACHE_LEAST_CAPACITY.  A
- * refill grows a stack only within what is left (grow_for_refill), and a
- * budget check that finds the limits over it, as when more threads have
- * started since, halves every stack as the whole-cache budget does, so
- * idle classes give their room back to busy ones.  bench's idle_pool (64
+ * never under TCACHE_LEAST_CAPACITY.  A refill grows a stack only within
+ * what is left (grow_for_refill), and a budget check that finds the limits
+ * over it, as when more threads have started since, halves every stack as
+ * the whole-cache budget does, so idle classes give their room back to
+ * busy ones.  bench's idle_pool (64
  * threads in turn allocating and freeing 4,000 small objects, three times,
  * then waiting): peak resident 103 MB with each stack free to grow, 41 MB
  * bounded (jemalloc 37, tcmalloc 43, mimalloc 100, glibc 26).  A share of

@@ -96,19 +96,6 @@ static void test_api_calloc_zeroes_reused_memory(void **state)
     }
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(i * 31 + seed);
-}
-
-static void check(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(i * 31 + seed))
-            fail_msg("byte %zu lost", i);
-}
-
 static void test_api_realloc_preserves_contents(void **state)
 {
     (void)state;
@@ -119,8 +106,8 @@ static void test_api_realloc_preserves_contents(void **state)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         unsigned char *q = realloc(p, sizes[i]);
         assert_non_null(q);
-        check(q, have < sizes[i] ? have : sizes[i], 7);
-        fill(q, sizes[i], 7);
+        unit_check(q, have < sizes[i] ? have : sizes[i], 7);
+        unit_fill(q, sizes[i], 7);
         assert_true(malloc_usable_size(q) >= sizes[i]);
         p = q;
         have = sizes[i];
@@ -140,15 +127,15 @@ static void test_api_realloc_grows_by_a_quarter_when_moving(void **state)
 {
     (void)state;
     unsigned char *p = malloc(1024);
-    fill(p, 1024, 5);
+    unit_fill(p, 1024, 5);
     unsigned char *q = realloc(p, 1025);
     assert_non_null(q);
     assert_true(malloc_usable_size(q) >= 1024 + 1024 / 4);
-    check(q, 1024, 5);
+    unit_check(q, 1024, 5);
     assert_ptr_equal(realloc(q, 1030), q); /* room now: in place */
     q = realloc(q, 2000); /* asks for more than a quarter: its own class */
     assert_int_equal(malloc_usable_size(q), sizeclass_size(sizeclass_of(2000)));
-    check(q, 1024, 5);
+    unit_check(q, 1024, 5);
     free(q);
 }
 
@@ -161,22 +148,22 @@ static void test_api_realloc_moves_into_a_cached_block(void **state)
     (void)state;
     prof_thread_active_set(false); /* a sampled block would live elsewhere */
     unsigned char *p = malloc(1024);
-    fill(p, 1024, 6);
+    unit_fill(p, 1024, 6);
     void *cached = malloc(1024 + 1024 / 4);
     free(cached); /* on top of its class's list now */
     unsigned char *q = realloc(p, 1025);
     assert_ptr_equal(q, cached);
     assert_true(malloc_usable_size(q) >= 1024 + 1024 / 4);
-    check(q, 1024, 6);
+    unit_check(q, 1024, 6);
     void *again = malloc(1024);
     assert_ptr_equal(again, p); /* the old block went back to its list */
     /* More than a quarter more: the class of the size asked for. */
     cached = malloc(3000);
     free(cached);
-    fill(q, 1025, 8);
+    unit_fill(q, 1025, 8);
     unsigned char *r = realloc(q, 3000);
     assert_ptr_equal(r, cached);
-    check(r, 1025, 8);
+    unit_check(r, 1025, 8);
     free(again);
     free(r);
     prof_thread_active_set(true);
@@ -192,7 +179,7 @@ static void test_api_realloc_keeps_a_span_as_a_small_block(void **state)
     prof_thread_active_set(false);
     size_t cls_size = sizeclass_size(sizeclass_of(28 << 10));
     unsigned char *p = malloc(cls_size);
-    fill(p, cls_size, 2);
+    unit_fill(p, cls_size, 2);
     unsigned char *q = realloc(p, cls_size + 1);
     size_t old = malloc_usable_size(q);
     assert_int_equal(pagemap_class_of(q), 0);
@@ -201,11 +188,11 @@ static void test_api_realloc_keeps_a_span_as_a_small_block(void **state)
     for (size_t n = cls_size + 2; n <= old; n += 997)
         assert_ptr_equal(realloc(q, n), q);
     assert_ptr_equal(realloc(q, old / 2 + 1), q);
-    check(q, old / 2 + 1, 2);
+    unit_check(q, old / 2 + 1, 2);
     unsigned char *r = realloc(q, old / 2);
     assert_ptr_not_equal(r, q);
     assert_int_equal(malloc_usable_size(r), sizeclass_size(sizeclass_of(old / 2)));
-    check(r, old / 2, 2);
+    unit_check(r, old / 2, 2);
     free(r);
     prof_thread_active_set(true);
 }
@@ -220,11 +207,11 @@ static void test_api_realloc_grown_blocks_get_their_own_span(void **state)
     (void)state;
     prof_thread_active_set(false);
     unsigned char *p = malloc(20000);
-    fill(p, 20000, 9);
+    unit_fill(p, 20000, 9);
     unsigned char *q = realloc(p, 40000);
     assert_int_equal(pagemap_class_of(q), 0);
     assert_int_equal(malloc_usable_size(q), sa_pages_for(40000) << SA_PAGE_SHIFT);
-    check(q, 20000, 9);
+    unit_check(q, 20000, 9);
     free(q);
     unsigned moves = 0;
     for (int round = 0; round < 50; round++) {
@@ -248,12 +235,12 @@ static void test_api_realloc_large_grows_in_place(void **state)
     (void)state;
     prof_thread_active_set(false);
     unsigned char *big = malloc((size_t)4 << 20);
-    fill(big, (size_t)4 << 20, 3);
+    unit_fill(big, (size_t)4 << 20, 3);
     unsigned char *p = realloc(big, (size_t)1 << 20); /* shrink: frees the tail */
     assert_ptr_equal(p, big);
     unsigned char *q = realloc(p, (size_t)3 << 20);   /* the tail is still free */
     assert_ptr_equal(q, big);
-    check(q, (size_t)1 << 20, 3);
+    unit_check(q, (size_t)1 << 20, 3);
     free(q);
     prof_thread_active_set(true);
 }

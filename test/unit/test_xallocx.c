@@ -25,19 +25,6 @@ static uint64_t read_u64(const char *name)
     return v;
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(i * 7 + seed);
-}
-
-static void check(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(i * 7 + seed))
-            fail_msg("byte %zu of %p changed", i, (const void *)p);
-}
-
 static void check_zero(const unsigned char *p, size_t from, size_t to)
 {
     for (size_t i = from; i < to; i++)
@@ -123,12 +110,12 @@ static void test_xallocx_arena_and_tcache_flags(void **state)
     assert_null(mallocx(100, MALLOCX_ARENA(1)));
     assert_int_equal(errno, ENOMEM);
     unsigned char *q = mallocx(300 * KiB, 0);
-    fill(q, 300 * KiB, 5);
+    unit_fill(q, 300 * KiB, 5);
     errno = 0;
     assert_null(rallocx(q, 600 * KiB, MALLOCX_ARENA(7)));
     assert_int_equal(errno, ENOMEM);
     assert_int_equal(xallocx(q, 100 * KiB, 0, MALLOCX_ARENA(7)), sallocx(q, 0));
-    check(q, 300 * KiB, 5);
+    unit_check(q, 300 * KiB, 5);
     assert_int_equal(nallocx(100, MALLOCX_ARENA(3)), nallocx(100, 0));
     dallocx(q, 0);
 }
@@ -159,7 +146,7 @@ static void test_xallocx_rallocx_preserves_and_zeroes(void **state)
         int align = MALLOCX_LG_ALIGN(lg);
         unsigned char *p = mallocx(1, align);
         size_t have = 1;
-        fill(p, have, 9);
+        unit_fill(p, have, 9);
         for (unsigned i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
             size_t n = steps[i], old = sallocx(p, 0);
             unsigned char *dirty = malloc(n); /* what rallocx may move into: not zero */
@@ -168,12 +155,12 @@ static void test_xallocx_rallocx_preserves_and_zeroes(void **state)
             unsigned char *q = rallocx(p, n, align | MALLOCX_ZERO);
             assert_non_null(q);
             assert_int_equal((uintptr_t)q % ((size_t)1 << lg), 0);
-            check(q, have < n ? have : n, 9);
+            unit_check(q, have < n ? have : n, 9);
             size_t now = sallocx(q, 0);
             assert_true(now >= n);
             if (now > old)
                 check_zero(q, old, now);
-            fill(q, n, 9);
+            unit_fill(q, n, 9);
             have = n;
             p = q;
         }
@@ -189,10 +176,10 @@ static void test_xallocx_rallocx_preserves_and_zeroes(void **state)
         free(b);
         b = c;
     }
-    fill(b, 100, 1);
+    unit_fill(b, 100, 1);
     unsigned char *c = rallocx(b, 100, MALLOCX_ALIGN(4096));
     assert_int_equal((uintptr_t)c % 4096, 0);
-    check(c, 100, 1);
+    unit_check(c, 100, 1);
     dallocx(a, 0);
     dallocx(c, 0);
     /* rallocx(NULL, ...) allocates (undefined in jemalloc). */
@@ -216,11 +203,11 @@ static void test_xallocx_resizes_in_place(void **state)
 
     size_t page = (size_t)1 << 13;
     unsigned char *big = mallocx(4096 * KiB, 0);
-    fill(big, 4096 * KiB, 4);
-    /* Shrunk: the tail is free, and keeps what fill() wrote there. */
+    unit_fill(big, 4096 * KiB, 4);
+    /* Shrunk: the tail is free, and keeps what unit_fill() wrote there. */
     assert_int_equal(xallocx(big, 1024 * KiB, 0, 0), 1024 * KiB);
     assert_int_equal(xallocx(big, 2048 * KiB + 1, 0, MALLOCX_ZERO), 2048 * KiB + page);
-    check(big, 1000 * KiB, 4);
+    unit_check(big, 1000 * KiB, 4);
     check_zero(big, 1024 * KiB, 2048 * KiB + page);
     size_t got = xallocx(big, 2100 * KiB, 1000 * KiB, 0);
     assert_int_equal(got, 3104 * KiB); /* all of extra, in whole pages: 4 MiB were free */
@@ -230,7 +217,7 @@ static void test_xallocx_resizes_in_place(void **state)
     size_t before = sallocx(big, 0);
     size_t tried = xallocx(big, 1 << 30, 0, 0);
     assert_true(tried == before || tried >= ((size_t)1 << 30));
-    check(big, 1000 * KiB, 4);
+    unit_check(big, 1000 * KiB, 4);
     dallocx(next, 0);
     dallocx(big, 0);
     prof_thread_active_set(true);

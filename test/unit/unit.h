@@ -24,6 +24,21 @@
 #include "sizeclass.h"
 #include "tcache.h"
 
+/* A block's bytes filled with a pattern of `seed`, and checked for it
+ * (a realloc or rallocx must keep them). */
+static inline void unit_fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 31 + seed);
+}
+
+static inline void unit_check(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 31 + seed))
+            fail_msg("byte %zu of %p lost", i, (const void *)p);
+}
+
 /* Resident set size of this process in bytes, from /proc/self/statm. */
 static inline size_t unit_rss_bytes(void)
 {
