@@ -223,8 +223,10 @@ HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 # and the guard's mappings under every thread's traffic.
 GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
 # The background thread purging every 10 ms while the stress threads and
-# forks allocate: decay concurrent with everything else.
-BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14
+# forks allocate: decay concurrent with everything else.  Classes above
+# 4 KiB uncached (tcache_max), so that their objects go one at a time
+# through the central lists, whose spans empty and decay all the time.
+BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14,tcache_max:4096
 # Every thread starting uncached (tcache.h): each malloc and free through the
 # central lists, sampled every 4 KiB, in the stress test and real programs;
 # test_stress's workers also turn their caches on and off in every run.

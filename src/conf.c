@@ -23,6 +23,7 @@
 #include "log.h"
 #include "pageheap.h"
 #include "prof.h"
+#include "tcache.h"
 #include "util.h"
 
 ssize_t opt_dirty_decay_ms = 10000;
@@ -31,6 +32,7 @@ bool opt_confirm_conf = false;
 bool opt_check = false;
 bool opt_background_thread = false;
 bool opt_tcache = true;
+size_t opt_tcache_max = SA_MAX_SMALL;
 char opt_thp[CONF_CHOICE_MAX] = "auto";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
@@ -162,10 +164,18 @@ static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
 _Static_assert(sizeof("Jgmdablxeh") <= CONF_FLAGS_MAX, "every letter once fits");
 
 static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
+static void set_tcache_max(intmax_t bytes) { tcache_set_max_size((size_t)bytes); }
+static void set_lg_tcache_max(intmax_t lg)
+{
+    opt_tcache_max = (size_t)1 << lg;
+    tcache_set_max_size(opt_tcache_max);
+}
 
 /* Sorted by name.  The bounds of dirty_decay_ms keep ms * 1e6 (ns) in a
  * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
- * accepted for jemalloc's sake and ignored (one arena, no muzzy pages). */
+ * accepted for jemalloc's sake and ignored (one arena, no muzzy pages).
+ * tcache_max and lg_tcache_max clip at jemalloc's limit (8 MiB, 2^23), as
+ * jemalloc does; salloc caches at most its small classes whatever they say. */
 static const struct option options[] = {
     {"abort", K_BOOL, &opt_abort, 0, 0, NULL, NULL},
     {"abort_conf", K_BOOL, &opt_abort_conf, 0, 0, NULL, NULL},
@@ -176,6 +186,7 @@ static const struct option options[] = {
     {"lg_prof_guard_every", K_SIGNED, &opt_lg_prof_guard_every, -1, 63, NULL, NULL},
     {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL, NULL},
     {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL, NULL},
+    {"lg_tcache_max", K_CLIP, NULL, 0, 23, set_lg_tcache_max, NULL},
     {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL, NULL},
     {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL, NULL},
     {"prof", K_BOOL, &opt_prof, 0, 0, NULL, NULL},
@@ -197,6 +208,7 @@ static const struct option options[] = {
     {"stats_print", K_BOOL, &opt_stats_print, 0, 0, NULL, NULL},
     {"stats_print_opts", K_FLAGS, opt_stats_print_opts, 0, 0, NULL, stats_letters},
     {"tcache", K_BOOL, &opt_tcache, 0, 0, NULL, NULL},
+    {"tcache_max", K_CLIP, &opt_tcache_max, 0, (intmax_t)8 << 20, set_tcache_max, NULL},
     {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
     {"zero_realloc", K_CHOICE, opt_zero_realloc, 0, 0, NULL, zero_realloc_modes},
 };
@@ -253,6 +265,8 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
             return V_RANGE;
         if (o->var)
             *(size_t *)o->var = (size_t)u; /* every unsigned option kept is a size_t */
+        if (o->then)
+            o->then((intmax_t)u);
         return V_OK;
     case K_SIGNED:
         if ((r = parse_int(v, len, true, &s, NULL)) != V_OK)

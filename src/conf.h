@@ -32,6 +32,11 @@ extern bool opt_background_thread;
  * Uncached threads); true by default.  thread.tcache.enabled turns one
  * thread's on or off. */
 extern bool opt_tcache;
+/* The largest size the thread caches hold (man/salloc.3, opt.tcache_max;
+ * tcache.h): classes above it are taken from and given back to the central
+ * lists one object at a time.  Every small class (256 KiB) by default;
+ * lg_tcache_max sets it as a power of two. */
+extern size_t opt_tcache_max;
 /* Transparent huge pages for the heap (man/salloc.3, opt.thp): "auto" (the
  * default: for what the heap maps beyond its first chunk), "always",
  * "never" (asked of the kernel with madvise) or "default" (left to the

@@ -602,7 +602,7 @@ static const struct ctl_row table[] = {
     CONST("arenas.nbins", T_UNSIGNED, SA_NUM_CLASSES - 1),
     CONST("arenas.page", T_SIZE, SA_PAGE_SIZE),
     CONST("arenas.quantum", T_SIZE, 16),
-    CONST("arenas.tcache_max", T_SIZE, SA_MAX_SMALL),
+    VAR("arenas.tcache_max", T_SIZE, tcache_max_cached_size),
     FN("background_thread", T_BOOL, A_RW, ctl_background_thread, 0),
     CONST("config.cache_oblivious", T_BOOL, 0),
     CONST("config.debug", T_BOOL, SA_DEBUG_BUILD),
@@ -649,7 +649,7 @@ static const struct ctl_row table[] = {
     VAR("opt.stats_print", T_BOOL, opt_stats_print),
     VAR("opt.stats_print_opts", T_STR, opt_stats_print_opts),
     VAR("opt.tcache", T_BOOL, opt_tcache),
-    CONST("opt.tcache_max", T_SIZE, SA_MAX_SMALL), /* every small class is cached */
+    VAR("opt.tcache_max", T_SIZE, opt_tcache_max),
     VAR("opt.thp", T_STR, opt_thp),
     VAR("opt.zero_realloc", T_STR, opt_zero_realloc),
     FN("prof.active", T_BOOL, A_RW, ctl_prof_active, 0),

@@ -129,6 +129,27 @@ _Static_assert(SA_NUM_CLASSES <= 256, "tc->last_refill holds a class");
 
 SA_BSS_APART struct tcache tcache_empty;
 
+/* The last class cached (tcache_set_max_size): classes above it are
+ * uncached in every thread (tcache.h). */
+static unsigned last_cached_class = SA_NUM_CLASSES - 1;
+size_t tcache_max_cached_size = SA_MAX_SMALL;
+
+void tcache_set_max_size(size_t bytes)
+{
+    unsigned last = 0;
+    while (last + 1 < SA_NUM_CLASSES && sizeclass_size(last + 1) <= bytes)
+        last++;
+    __atomic_store_n(&last_cached_class, last, __ATOMIC_RELAXED);
+    tcache_max_cached_size = sizeclass_size(last); /* class 0's size is 0 */
+}
+
+/* Whether `tc` caches objects of `cls`: its thread's cache is on and the
+ * class is not above tcache_max. */
+static bool caches_class(const struct tcache *tc, unsigned cls)
+{
+    return !tc->uncached && cls <= __atomic_load_n(&last_cached_class, __ATOMIC_RELAXED);
+}
+
 static sa_lock_t registry_lock = SA_LOCK_INITIALIZER(LOCK_RANK_TCACHES);
 static struct tcache *registry; /* live caches */
 static struct tcache *spare;    /* records of exited threads, linked by next */
@@ -175,6 +196,13 @@ static uint32_t first_max(unsigned cls)
 {
     uint32_t batch = sizeclass_batch(cls);
     return TCACHE_INITIAL_MAX < batch ? TCACHE_INITIAL_MAX : batch;
+}
+
+/* The max a stack of `cls` starts with in `tc` (or starts again with, as
+ * its cache goes on): first_max, or 0 for a class it does not cache. */
+static uint32_t start_max(const struct tcache *tc, unsigned cls)
+{
+    return caches_class(tc, cls) ? first_max(cls) : 0;
 }
 
 /* The first class above TCACHE_BIG_CLASS. */
@@ -317,12 +345,12 @@ struct tcache *tcache_create(void)
     memset(tc, 0, offsetof(struct tcache, incarnation)); /* 0 in a fresh record */
     tc->owner_tag = (uint8_t)tag;
     tc->foreign_owners = (uint8_t)~tag;
+    tc->uncached = !opt_tcache;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++) {
         struct tcache_bin *bin = &tc->bins[cls];
         bin->size = (uint32_t)sizeclass_size(cls);
-        bin_place(bin, tc->small_slots[cls], opt_tcache ? first_max(cls) : 0);
+        bin_place(bin, tc->small_slots[cls], start_max(tc, cls));
     }
-    tc->uncached = !opt_tcache;
 
     sa_lock(&registry_lock);
     tc->next = registry;
@@ -453,7 +481,7 @@ static void put_uncached(struct tcache *tc, unsigned cls, void *obj);
 
 void tcache_put(struct tcache *tc, unsigned cls, void *obj)
 {
-    if (unlikely(tc->uncached)) {
+    if (unlikely(!caches_class(tc, cls))) {
         put_uncached(tc, cls, obj);
         return;
     }
@@ -527,7 +555,7 @@ void tcache_set_cached(struct tcache *tc, bool cached)
     }
     tc->uncached = !cached;
     for (unsigned cls = 1; cls < SA_NUM_CLASSES; cls++)
-        set_max(tc, cls, cached ? first_max(cls) : 0); /* off: burst_bytes back to 0 */
+        set_max(tc, cls, start_max(tc, cls)); /* off: burst_bytes back to 0 */
 }
 
 size_t tcache_cached_bytes(const struct tcache *tc)
@@ -708,7 +736,7 @@ static void put_uncached(struct tcache *tc, unsigned cls, void *obj)
 void *tcache_refill(struct tcache *tc, unsigned cls)
 {
     struct tcache_bin *bin = &tc->bins[cls];
-    if (unlikely(tc->uncached))
+    if (unlikely(!caches_class(tc, cls)))
         return refill_uncached(tc, cls);
     void *obj;
     uint32_t n = refill_from_inbox(tc, cls, &obj);

@@ -80,6 +80,11 @@
  * off gives back what it holds and ends the record's incarnation, as a
  * thread's exit does, so that the spans it owned become anyone's.
  *
+ * Classes above tcache_max (jemalloc's option) are uncached in every
+ * thread the same way: their stacks' max stays 0, and tcache_refill and
+ * tcache_put take and give one object at a time.  Only which classes that
+ * is changes, at option time, before any cache exists.
+ *
  * Only the owning thread touches its cache, except: the registry links
  * (under the registry lock), the inboxes (atomically, by any thread), and
  * fork.c's child handler.
@@ -304,6 +309,13 @@ void tcache_flush_all(struct tcache *tc);
 /* Gives what every thread's inboxes hold back to the central lists, the
  * records of exited threads included (malloc_trim). */
 void tcache_drain_all_inboxes(void);
+
+/* Caches only the classes of at most `bytes` (opt.tcache_max; conf.c
+ * calls it as it reads the option, before any cache exists).  Every small
+ * class is cached by default. */
+void tcache_set_max_size(size_t bytes);
+/* The largest class size cached, 0 for none (arenas.tcache_max). */
+extern size_t tcache_max_cached_size;
 
 /* The most objects a stack of class `cls` may hold (tcache.c's limits):
  * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than

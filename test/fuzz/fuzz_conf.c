@@ -26,6 +26,7 @@
 #include "conf.h"
 #include "pageheap.h"
 #include "prof.h"
+#include "tcache.h"
 
 #include "fuzz_util.h"
 
@@ -39,7 +40,7 @@ static const char defaults[] =
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
     "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
     "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
-    "zero_realloc:free,tcache:true";
+    "zero_realloc:free,tcache:true,tcache_max:262144";
 
 static void reset(void)
 {
@@ -77,6 +78,11 @@ static void check_options(void)
     FUZZ_CHECK(opt_prof_peak_pct >= 1 && opt_prof_peak_pct <= 1000);
     FUZZ_CHECK(opt_dirty_decay_ms >= -1 && opt_dirty_decay_ms <= LONG_MAX / 1000000);
     FUZZ_CHECK(pageheap_decay_ms() == opt_dirty_decay_ms);
+    /* The caches hold the largest class within tcache_max, up to 8 MiB. */
+    FUZZ_CHECK(opt_tcache_max <= ((size_t)8 << 20));
+    FUZZ_CHECK(tcache_max_cached_size <= opt_tcache_max);
+    FUZZ_CHECK(tcache_max_cached_size == 0 || sizeclass_size(sizeclass_of(tcache_max_cached_size)) ==
+                                                  tcache_max_cached_size);
     /* malloc_stats_print's letters, each at most once. */
     size_t n = strnlen(opt_stats_print_opts, sizeof(opt_stats_print_opts));
     FUZZ_CHECK(n < sizeof(opt_stats_print_opts));

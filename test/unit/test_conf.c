@@ -45,7 +45,7 @@ static int reset(void **state)
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
                          "prof_sys_thread_name:false,abort:false,zero_realloc:free,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
-                         "thp:auto,tcache:true",
+                         "thp:auto,tcache:true,tcache_max:262144",
                          "reset");
     return bad;
 }
@@ -152,6 +152,8 @@ static void test_conf_diagnostics(void **state)
         {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},
         {"tcache:off", "<salloc>: Invalid conf value: tcache:off\n"},
         {"retain:false", "<salloc>: Out-of-range conf value: retain:false\n"},
+        {"tcache_max:-1", "<salloc>: Invalid conf value: tcache_max:-1\n"},
+        {"lg_tcache_max:16k", "<salloc>: Invalid conf value: lg_tcache_max:16k\n"},
         {"prof_unwind:fastest", "<salloc>: Invalid conf value: prof_unwind:fastest\n"},
         {"prof_unwind:", "<salloc>: Invalid conf value: prof_unwind:\n"},
         {"prof_format:pb.gzip", "<salloc>: Invalid conf value: prof_format:pb.gzip\n"},
@@ -224,6 +226,47 @@ static void test_conf_integers_and_clipping(void **state)
     assert_non_null(strstr(out, "<salloc>: Out-of-range conf value: prof_prefix:aaaa"));
     assert_int_equal(apply("prof_prefix:"), 0);
     assert_string_equal(opt_prof_prefix, "");
+}
+
+/* opt.tcache_max and arenas.tcache_max, read as a program reads them. */
+static size_t read_size(const char *name)
+{
+    size_t v = 0, len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+/* tcache_max: the option as given, clipped at jemalloc's 8 MiB; the
+ * largest class it lets the caches hold, at most salloc's largest small
+ * class; lg_tcache_max the same as a power of two, clipped at 2^23; a bad
+ * value keeps the last good one. */
+static void test_conf_tcache_max(void **state)
+{
+    (void)state;
+    assert_int_equal(read_size("opt.tcache_max"), SA_MAX_SMALL); /* the default */
+    assert_int_equal(read_size("arenas.tcache_max"), SA_MAX_SMALL);
+    assert_int_equal(apply("tcache_max:4096"), 0);
+    assert_int_equal(read_size("opt.tcache_max"), 4096);
+    assert_int_equal(read_size("arenas.tcache_max"), 4096);
+    assert_int_equal(apply("tcache_max:5000"), 0); /* between two classes: the lower */
+    assert_int_equal(read_size("opt.tcache_max"), 5000);
+    size_t below = sizeclass_size(sizeclass_of(5000) - 1);
+    assert_true(below <= 5000 && sizeclass_size(sizeclass_of(5000)) > 5000);
+    assert_int_equal(read_size("arenas.tcache_max"), below);
+    assert_int_equal(apply("tcache_max:7"), 0); /* below the smallest class: none */
+    assert_int_equal(read_size("arenas.tcache_max"), 0);
+    assert_int_equal(apply("tcache_max:0x4000000"), 0);
+    assert_int_equal(read_size("opt.tcache_max"), (size_t)8 << 20);
+    assert_int_equal(read_size("arenas.tcache_max"), SA_MAX_SMALL);
+    assert_int_equal(apply("lg_tcache_max:10"), 0);
+    assert_int_equal(read_size("opt.tcache_max"), 1024);
+    assert_int_equal(read_size("arenas.tcache_max"), 1024);
+    assert_int_equal(apply("lg_tcache_max:40"), 0);
+    assert_int_equal(read_size("opt.tcache_max"), (size_t)8 << 20);
+    assert_int_equal(apply("tcache_max:65536,lg_tcache_max:x"), 1);
+    assert_int_equal(read_size("opt.tcache_max"), 65536);
+    assert_int_equal(read_size("arenas.tcache_max"), 65536);
+    assert_string_equal(out, "<salloc>: Invalid conf value: lg_tcache_max:x\n");
 }
 
 static void test_conf_confirm(void **state)
@@ -342,6 +385,7 @@ int main(void)
         cmocka_unit_test_teardown(test_conf_malformed_rest_ignored, reset),
         cmocka_unit_test_teardown(test_conf_later_wins_and_bad_value_keeps, reset),
         cmocka_unit_test_teardown(test_conf_integers_and_clipping, reset),
+        cmocka_unit_test_teardown(test_conf_tcache_max, reset),
         cmocka_unit_test_teardown(test_conf_confirm, reset),
         cmocka_unit_test_teardown(test_conf_init_sources, reset),
         cmocka_unit_test_teardown(test_conf_abort_on_warnings, reset),

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "../../include/salloc.h"
+#include "conf.h"
 #include "dump.h"
 #include "prof.h"
 #include "unit.h"
@@ -1176,6 +1177,67 @@ static void test_tcache_turning_off_gives_everything_back(void **state)
     test_prof_active(was_active);
 }
 
+/* ---- classes above tcache_max (tcache.h) ---- */
+
+#define ABOVE_MAX_N 64
+
+/* With tcache_max at 1 KiB, a thread takes each object of a bigger class
+ * from the central list and gives each back there, one at a time, from
+ * spans no thread owns, and so does another thread that frees them; its
+ * stacks of those classes stay at max 0, whether its cache was just made
+ * or turned off and on; smaller classes are cached as before. */
+static void *above_max_body(void *arg)
+{
+    (void)arg;
+    unsigned big = sizeclass_of(2048), small = sizeclass_of(48);
+    static void *p[ABOVE_MAX_N];
+    free(malloc(48)); /* a cache, on */
+    struct tcache *tc = tcache_get();
+    assert_true(tcache_is_cached(tc));
+    for (int round = 0; round < 2; round++) {
+        for (unsigned c = 1; c < SA_NUM_CLASSES; c++)
+            if (sizeclass_size(c) > 1024) {
+                assert_int_equal(tcache_bin_max(&tc->bins[c]), 0);
+                assert_int_equal(tcache_bin_count(&tc->bins[c]), 0);
+            }
+        size_t start = central_allocated(big);
+        for (unsigned i = 0; i < ABOVE_MAX_N; i++) {
+            p[i] = malloc(2048);
+            assert_non_null(p[i]);
+            assert_int_equal(central_allocated(big), start + i + 1); /* one, not a batch */
+            assert_int_equal(pagemap_owner_of(p[i]), 0);
+        }
+        free_elsewhere(p, ABOVE_MAX_N / 2); /* straight back, not chained */
+        assert_int_equal(central_allocated(big), start + ABOVE_MAX_N - ABOVE_MAX_N / 2);
+        for (unsigned i = ABOVE_MAX_N / 2; i < ABOVE_MAX_N; i++) {
+            free(p[i]);
+            assert_int_equal(central_allocated(big), start + ABOVE_MAX_N - i - 1);
+        }
+        assert_int_equal(tcache_bin_count(&tc->bins[big]), 0);
+        for (unsigned i = 0; i < ABOVE_MAX_N; i++)
+            p[i] = malloc(48);
+        for (unsigned i = 0; i < ABOVE_MAX_N; i++)
+            free(p[i]);
+        assert_true(tcache_bin_count(&tc->bins[small]) > 1); /* cached */
+        tcache_check(tc);
+        cache_enable(false);
+        cache_enable(true); /* its stacks start again: the big ones at 0 */
+    }
+    return NULL;
+}
+
+static void test_tcache_classes_above_max_uncached(void **state)
+{
+    (void)state;
+    bool was_active = test_prof_active(false); /* no proxies: exact counts */
+    assert_int_equal(conf_apply("tcache_max:1024", "test"), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, above_max_body, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(conf_apply("tcache_max:262144", "test"), 0);
+    test_prof_active(was_active);
+}
+
 /* ---- thread.deallocated (derived: tcache.h) ---- */
 
 static uint64_t read_u64(const char *name)
@@ -1335,6 +1397,7 @@ int main(void)
         cmocka_unit_test(test_tcache_trim_drains_inboxes),
         cmocka_unit_test(test_tcache_uncached_thread_keeps_nothing),
         cmocka_unit_test(test_tcache_turning_off_gives_everything_back),
+        cmocka_unit_test(test_tcache_classes_above_max_uncached),
         cmocka_unit_test(test_tcache_deallocated_is_exact),
         cmocka_unit_test(test_tcache_deallocated_is_exact_cache_off_and_on),
     };
