@@ -33,6 +33,8 @@ bool opt_check = false;
 bool opt_background_thread = false;
 bool opt_tcache = true;
 size_t opt_tcache_max = SA_MAX_SMALL;
+size_t opt_lg_tcache_max = 18;
+_Static_assert(SA_MAX_SMALL == (size_t)1 << 18, "opt_lg_tcache_max is log2(opt_tcache_max)");
 char opt_thp[CONF_CHOICE_MAX] = "auto";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
@@ -164,11 +166,15 @@ static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
 _Static_assert(sizeof("Jgmdablxeh") <= CONF_FLAGS_MAX, "every letter once fits");
 
 static void set_decay(intmax_t ms) { pageheap_set_decay_ms((long)ms); }
-static void set_tcache_max(intmax_t bytes) { tcache_set_max_size((size_t)bytes); }
+static void set_tcache_max(intmax_t bytes)
+{
+    opt_lg_tcache_max = bytes > 1 ? (size_t)(63 - __builtin_clzll((unsigned long long)bytes)) : 0;
+    tcache_set_max_size((size_t)bytes);
+}
 static void set_lg_tcache_max(intmax_t lg)
 {
     opt_tcache_max = (size_t)1 << lg;
-    tcache_set_max_size(opt_tcache_max);
+    set_tcache_max((intmax_t)opt_tcache_max);
 }
 
 /* Sorted by name.  The bounds of dirty_decay_ms keep ms * 1e6 (ns) in a

@@ -37,6 +37,8 @@ extern bool opt_tcache;
  * lists one object at a time.  Every small class (256 KiB) by default;
  * lg_tcache_max sets it as a power of two. */
 extern size_t opt_tcache_max;
+/* log2(opt_tcache_max), rounded down (0 for 0): opt.lg_tcache_max. */
+extern size_t opt_lg_tcache_max;
 /* Transparent huge pages for the heap (man/salloc.3, opt.thp): "auto" (the
  * default: for what the heap maps beyond its first chunk), "always",
  * "never" (asked of the kernel with madvise) or "default" (left to the

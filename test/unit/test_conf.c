@@ -244,22 +244,30 @@ static void test_conf_tcache_max(void **state)
 {
     (void)state;
     assert_int_equal(read_size("opt.tcache_max"), SA_MAX_SMALL); /* the default */
+    assert_int_equal(read_size("opt.lg_tcache_max"), 18);
     assert_int_equal(read_size("arenas.tcache_max"), SA_MAX_SMALL);
     assert_int_equal(apply("tcache_max:4096"), 0);
     assert_int_equal(read_size("opt.tcache_max"), 4096);
     assert_int_equal(read_size("arenas.tcache_max"), 4096);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 12);
     assert_int_equal(apply("tcache_max:5000"), 0); /* between two classes: the lower */
     assert_int_equal(read_size("opt.tcache_max"), 5000);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 12);
     size_t below = sizeclass_size(sizeclass_of(5000) - 1);
     assert_true(below <= 5000 && sizeclass_size(sizeclass_of(5000)) > 5000);
     assert_int_equal(read_size("arenas.tcache_max"), below);
     assert_int_equal(apply("tcache_max:7"), 0); /* below the smallest class: none */
     assert_int_equal(read_size("arenas.tcache_max"), 0);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 2);
+    assert_int_equal(apply("tcache_max:0"), 0);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 0);
     assert_int_equal(apply("tcache_max:0x4000000"), 0);
     assert_int_equal(read_size("opt.tcache_max"), (size_t)8 << 20);
     assert_int_equal(read_size("arenas.tcache_max"), SA_MAX_SMALL);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 23);
     assert_int_equal(apply("lg_tcache_max:10"), 0);
     assert_int_equal(read_size("opt.tcache_max"), 1024);
+    assert_int_equal(read_size("opt.lg_tcache_max"), 10);
     assert_int_equal(read_size("arenas.tcache_max"), 1024);
     assert_int_equal(apply("lg_tcache_max:40"), 0);
     assert_int_equal(read_size("opt.tcache_max"), (size_t)8 << 20);
