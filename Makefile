@@ -231,6 +231,9 @@ BACKGROUND_DECAY := background_thread:true,dirty_decay_ms:1,lg_prof_sample:14,tc
 # central lists, sampled every 4 KiB, in the stress test and real programs;
 # test_stress's workers also turn their caches on and off in every run.
 UNCACHED := tcache:false,lg_prof_sample:12
+# Every malloc and free on a slow path, checked (opt.check) and filled
+# (opt.junk): a freed block 0x5a, a new one 0xa5, with the check's tag kept.
+CHECKED_JUNK := check:true,junk:true,lg_prof_sample:14
 
 TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites test/bin/prof_sites_nopie test/bin/prof_reentrancy \
                  test/bin/prof_leaks \
@@ -264,6 +267,9 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    $(TEST_ENV) STRESS_SECONDS=2 STRESS_FORKS=5 SALLOC_CONF=$(UNCACHED) \
 	        LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \
 	done; \
+	echo "== test/bin/test_stress (LD_PRELOAD=lib/libsalloc.so, checked and junk-filled: SALLOC_CONF=$(CHECKED_JUNK))"; \
+	$(TEST_ENV) STRESS_SECONDS=1 STRESS_FORKS=5 SALLOC_CONF=$(CHECKED_JUNK) \
+	    LD_PRELOAD=$(CURDIR)/lib/libsalloc.so test/bin/test_stress || fail=1; \
 	for t in $(STRESS_TESTS) $(INTEG_TESTS); do \
 	    echo "== $$t (LD_PRELOAD=lib/libsalloc.so)"; \
 	    $(TEST_ENV) LD_PRELOAD=$(CURDIR)/lib/libsalloc.so $$t || fail=1; \

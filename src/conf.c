@@ -4,8 +4,10 @@
  * value parses and where it goes.
  *
  * Owns opt_dirty_decay_ms, opt_abort_conf, opt_confirm_conf, opt_check,
- * opt_background_thread, opt_tcache, opt_thp, opt_stats_print(_opts) and opt_zero_realloc; assigns the profiling options of prof.h (prof.c defines them)
- * before prof_boot().
+ * opt_background_thread, opt_tcache, opt_tcache_max, opt_thp,
+ * opt_stats_print(_opts), opt_zero_realloc, opt_junk and opt_zero; assigns
+ * the profiling options of prof.h (prof.c defines them) before
+ * prof_boot().
  * Runs during the one-time set-up, possibly before main(): never calls
  * malloc or stdio; diagnostics are whole lines written with write(2).
  */
@@ -39,6 +41,8 @@ char opt_thp[CONF_CHOICE_MAX] = "auto";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
 char opt_zero_realloc[CONF_CHOICE_MAX] = "free";
+char opt_junk[CONF_CHOICE_MAX] = "false";
+bool opt_zero = false;
 
 /* The program may define `const char *malloc_conf = "...";` (jemalloc's
  * convention); weak, so it is NULL when it does not. */
@@ -160,6 +164,7 @@ static const char *const formats[] = {"heap", "pb", "pb.gz", NULL};
 static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
 static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
 static const char *const zero_realloc_modes[] = {"free", "alloc", "abort", NULL};
+static const char *const junk_modes[] = {"true", "false", "alloc", "free", NULL};
 /* malloc_stats_print's letters (jemalloc's; salloc has nothing of its own
  * to leave out for m, d, l, x, e and h). */
 static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
@@ -189,6 +194,7 @@ static const struct option options[] = {
     {"check", K_BOOL, &opt_check, 0, 0, NULL, NULL},
     {"confirm_conf", K_BOOL, &opt_confirm_conf, 0, 0, NULL, NULL},
     {"dirty_decay_ms", K_SIGNED, &opt_dirty_decay_ms, -1, LONG_MAX / 1000000, set_decay, NULL},
+    {"junk", K_CHOICE, opt_junk, 0, 0, NULL, junk_modes},
     {"lg_prof_guard_every", K_SIGNED, &opt_lg_prof_guard_every, -1, 63, NULL, NULL},
     {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL, NULL},
     {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL, NULL},
@@ -216,6 +222,7 @@ static const struct option options[] = {
     {"tcache", K_BOOL, &opt_tcache, 0, 0, NULL, NULL},
     {"tcache_max", K_CLIP, &opt_tcache_max, 0, (intmax_t)8 << 20, set_tcache_max, NULL},
     {"thp", K_CHOICE, opt_thp, 0, 0, NULL, thp_modes},
+    {"zero", K_BOOL, &opt_zero, 0, 0, NULL, NULL},
     {"zero_realloc", K_CHOICE, opt_zero_realloc, 0, 0, NULL, zero_realloc_modes},
 };
 

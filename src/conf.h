@@ -51,6 +51,12 @@ extern char opt_thp[CONF_CHOICE_MAX];
  * "free" (the default: frees p, returns NULL, as glibc), "alloc" (the
  * smallest allocation, p freed) or "abort" (a message, then abort()). */
 extern char opt_zero_realloc[CONF_CHOICE_MAX];
+/* Filling, for debugging (man/salloc.3, opt.junk, opt.zero; malloc.c):
+ * "alloc" sets a new block's bytes to 0xa5, "free" a freed block's to
+ * 0x5a, "true" both, "false" (the default) neither; zero:true sets a new
+ * block's to 0 instead.  Read once, at start-up. */
+extern char opt_junk[CONF_CHOICE_MAX];
+extern bool opt_zero;
 #define CONF_FLAGS_MAX 16
 extern bool opt_stats_print;
 extern char opt_stats_print_opts[CONF_FLAGS_MAX];

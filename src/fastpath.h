@@ -47,6 +47,12 @@ void free_checking_size(void *p, size_t size, size_t align, const char *fn);
 /* Not a fast path's: malloc.c's count of realloc(p, 0) calls, p not NULL
  * (stats.zero_reallocs). */
 uint64_t malloc_zero_reallocs(void);
+/* Not a fast path's either: set up the fills of opt.junk and opt.zero once
+ * the options are read, before anything allocates (init.c).  Then
+ * malloc_every_call_slow says whether every malloc and free must reach a
+ * slow path (opt.check, or a fill): init.c arranges it. */
+void malloc_boot_modes(void);
+extern bool malloc_every_call_slow;
 
 /* Pops an object of class `cls` if the stack has one and the allocation is
  * not due for sampling; NULL (and nothing changed) otherwise.  The counter

@@ -20,6 +20,7 @@
 #include "conf.h"
 #include "ctl.h"
 #include "dump.h"
+#include "fastpath.h"
 #include "fork.h"
 #include "log.h"
 #include "pagemap.h"
@@ -58,7 +59,8 @@ static bool global_init(void)
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         in_set_up = true;
         conf_init();
-        if (opt_check) { /* before anything allocates: no leaf, no cache yet */
+        malloc_boot_modes();
+        if (malloc_every_call_slow) { /* before anything allocates: no leaf, no cache yet */
             pagemap_check_every_free();
             sampler_check_every_allocation();
         }

@@ -40,7 +40,7 @@ static const char defaults[] =
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
     "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
     "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
-    "zero_realloc:free,tcache:true,tcache_max:262144";
+    "zero_realloc:free,tcache:true,tcache_max:262144,junk:false,zero:false";
 
 static void reset(void)
 {
@@ -63,6 +63,9 @@ static void check_options(void)
     static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
     static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
     static const char *const zero_realloc_modes[] = {"free", "alloc", "abort", NULL};
+    static const char *const junk_modes[] = {"true", "false", "alloc", "free", NULL};
+    FUZZ_CHECK(memchr(opt_junk, '\0', sizeof(opt_junk)) != NULL);
+    FUZZ_CHECK(one_of(opt_junk, junk_modes));
     FUZZ_CHECK(memchr(opt_zero_realloc, '\0', sizeof(opt_zero_realloc)) != NULL);
     FUZZ_CHECK(one_of(opt_zero_realloc, zero_realloc_modes));
     FUZZ_CHECK(memchr(opt_thp, '\0', sizeof(opt_thp)) != NULL);

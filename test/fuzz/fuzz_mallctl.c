@@ -71,6 +71,7 @@ static const struct {
     {"config.malloc_conf", S_READ},
     {"experimental.hooks.prof_backtrace", S_FN},
     {"experimental.hooks.prof_dump", S_FN},
+    {"opt.junk", S_READ},
     {"opt.prof_format", S_READ},
     {"opt.prof_prefix", S_READ},
     {"opt.prof_unwind", S_READ},

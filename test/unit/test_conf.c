@@ -45,7 +45,7 @@ static int reset(void **state)
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
                          "prof_sys_thread_name:false,abort:false,zero_realloc:free,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
-                         "thp:auto,tcache:true,tcache_max:262144",
+                         "thp:auto,tcache:true,tcache_max:262144,junk:false,zero:false",
                          "reset");
     return bad;
 }
@@ -101,6 +101,15 @@ static void test_conf_every_key_accepted(void **state)
     assert_int_equal(pthread_create(&t, NULL, thread_cache_enabled, &cached), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_true(cached);
+    for (const char *const *mode = (const char *const[]){"true", "alloc", "free", "false", NULL};
+         *mode; mode++) {
+        char opts[32];
+        snprintf(opts, sizeof opts, "junk:%s", *mode);
+        assert_int_equal(apply(opts), 0);
+        assert_string_equal(opt_junk, *mode);
+    }
+    assert_int_equal(apply("zero:true"), 0);
+    assert_true(opt_zero);
     assert_int_equal(apply("prof_sys_thread_name:true"), 0);
     assert_true(opt_prof_sys_thread_name);
     assert_int_equal(apply("prof_leak:true,prof_leak_error:true"), 0);
@@ -153,6 +162,9 @@ static void test_conf_diagnostics(void **state)
         {"tcache:off", "<salloc>: Invalid conf value: tcache:off\n"},
         {"retain:false", "<salloc>: Out-of-range conf value: retain:false\n"},
         {"tcache_max:-1", "<salloc>: Invalid conf value: tcache_max:-1\n"},
+        {"junk:yes", "<salloc>: Invalid conf value: junk:yes\n"},
+        {"junk:", "<salloc>: Invalid conf value: junk:\n"},
+        {"zero:1", "<salloc>: Invalid conf value: zero:1\n"},
         {"lg_tcache_max:16k", "<salloc>: Invalid conf value: lg_tcache_max:16k\n"},
         {"prof_unwind:fastest", "<salloc>: Invalid conf value: prof_unwind:fastest\n"},
         {"prof_unwind:", "<salloc>: Invalid conf value: prof_unwind:\n"},
