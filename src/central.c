@@ -119,6 +119,7 @@ struct central {
     unsigned xfer_cap;    /* how many */
     unsigned nxfer;       /* objects in it: xfer[0, nxfer), the last the most recent */
     const uint32_t *last_taker; /* central_owner.gen of the last batch taken */
+    uint64_t nmalloc, ndalloc, nslabs; /* since start-up: central_stats */
     /* Decay (above): a window of at least a decay time, from the last
      * look that closed one, in which... */
     uint64_t window_since;
@@ -184,6 +185,7 @@ static struct span *span_for_alloc(struct central *c, unsigned cls)
         return NULL;
     set_all_free(s, sizeclass_objects(cls));
     c->spans++;
+    c->nslabs++;
     partial_push(c, s);
     return s;
 }
@@ -336,6 +338,7 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
     }
     unsigned got = want - pos;
     c->allocated += got;
+    c->nmalloc += got;
     sa_unlock(&c->lock);
     if (pos) /* out of memory: what there is, to the bottom */
         memmove(out, out + pos, got * sizeof(void *));
@@ -461,6 +464,7 @@ void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint3
     c->nxfer += keep;
     return_to_spans(c, cls, objs, n - keep);
     c->allocated -= n; /* in the transfer cache or back in the spans: not out */
+    c->ndalloc += n;
     sa_unlock(&c->lock);
     debug_check(cls);
 }
@@ -473,6 +477,7 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
     uint64_t mul = index_multiplier(sizeclass_size(cls));
     sa_lock(&c->lock);
     c->allocated -= n;
+    c->ndalloc += n;
     while (n) {
         unsigned k = n < RETURN_GROUP ? n : RETURN_GROUP;
         n -= k;
@@ -613,6 +618,9 @@ void central_get_stats(unsigned cls, struct central_stats *st)
     sa_lock(&c->lock);
     st->spans = c->spans;
     st->allocated = c->allocated;
+    st->nmalloc = c->nmalloc;
+    st->ndalloc = c->ndalloc;
+    st->nslabs = c->nslabs;
     sa_unlock(&c->lock);
 }
 

@@ -78,6 +78,11 @@ bool central_span_usage(const void *obj, size_t *free_bytes, unsigned *allocated
 struct central_stats {
     size_t spans;     /* small spans owned by the class */
     size_t allocated; /* objects out of the central list (caches + user) */
+    /* Since start-up (jemalloc's bins.<j>.nmalloc, .ndalloc, .nslabs):
+     * objects handed out of the central list and given back to it, a
+     * thread cache's batches object by object; spans taken from the page
+     * heap. */
+    uint64_t nmalloc, ndalloc, nslabs;
 };
 void central_get_stats(unsigned cls, struct central_stats *st);
 

@@ -126,6 +126,10 @@ struct snapshot {
     size_t allocated, active, metadata, resident, mapped, retained;
     size_t pactive, pdirty, small_allocated, large_allocated, tcache_bytes;
     size_t curregs[SA_NUM_CLASSES], curslabs[SA_NUM_CLASSES];
+    /* Since start-up (central.h, pageheap.h), summed over the classes for
+     * small.*. */
+    size_t nmalloc[SA_NUM_CLASSES], ndalloc[SA_NUM_CLASSES], nslabs[SA_NUM_CLASSES];
+    size_t small_nmalloc, small_ndalloc, large_nmalloc, large_ndalloc;
     size_t bg_threads, bg_runs, bg_run_interval; /* background.h */
     size_t zero_reallocs;                        /* malloc.c */
 };
@@ -143,6 +147,11 @@ static void snap_take(void)
         central_get_stats(cls, &cs);
         s.curregs[cls] = cs.allocated;
         s.curslabs[cls] = cs.spans;
+        s.nmalloc[cls] = cs.nmalloc;
+        s.ndalloc[cls] = cs.ndalloc;
+        s.nslabs[cls] = cs.nslabs;
+        s.small_nmalloc += cs.nmalloc;
+        s.small_ndalloc += cs.ndalloc;
         small_objects += cs.allocated * sizeclass_size(cls);
     }
     s.tcache_bytes = tcache_all_cached_bytes();
@@ -153,6 +162,8 @@ static void snap_take(void)
      * under the locks it takes anyway (prof.h). */
     size_t sampled = prof_own_mapping_bytes();
     s.large_allocated = ph.large + sampled;
+    s.large_nmalloc = ph.nmalloc_large;
+    s.large_ndalloc = ph.ndalloc_large;
     s.active = ph.small + ph.large + sampled;
     s.allocated = s.small_allocated + s.large_allocated;
     if (s.allocated > s.active)
@@ -243,7 +254,11 @@ static int ctl_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ct
 static int ctl_bin_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)new;
-    old->z = snap_read((size_t)cx->row->k + (cx->idx[1] + 1) * sizeof(size_t));
+    size_t v = snap_read((size_t)cx->row->k + (cx->idx[1] + 1) * sizeof(size_t));
+    if (cx->row->type == T_UINT64)
+        old->u64 = v;
+    else
+        old->z = v;
     return 0;
 }
 
@@ -588,6 +603,7 @@ static int ctl_background_thread(const struct ctl_ctx *cx, union ctl_val *old,
 #define STAT(n, f) {n, T_SIZE, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
 #define STAT64(n, f) {n, T_UINT64, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
 #define BINSTAT(n, f) {n, T_SIZE, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
+#define BINSTAT64(n, f) {n, T_UINT64, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
 #define FN(n, t, a, f, g) {n, t, a, f, NULL, 0, g}
 
 static const struct ctl_row table[] = {
@@ -674,10 +690,17 @@ static const struct ctl_row table[] = {
     STAT("stats.allocated", allocated),
     BINSTAT("stats.arenas.<i>.bins.<j>.curregs", curregs),
     BINSTAT("stats.arenas.<i>.bins.<j>.curslabs", curslabs),
+    BINSTAT64("stats.arenas.<i>.bins.<j>.ndalloc", ndalloc),
+    BINSTAT64("stats.arenas.<i>.bins.<j>.nmalloc", nmalloc),
+    BINSTAT64("stats.arenas.<i>.bins.<j>.nslabs", nslabs),
     STAT("stats.arenas.<i>.large.allocated", large_allocated),
+    STAT64("stats.arenas.<i>.large.ndalloc", large_ndalloc),
+    STAT64("stats.arenas.<i>.large.nmalloc", large_nmalloc),
     STAT("stats.arenas.<i>.pactive", pactive),
     STAT("stats.arenas.<i>.pdirty", pdirty),
     STAT("stats.arenas.<i>.small.allocated", small_allocated),
+    STAT64("stats.arenas.<i>.small.ndalloc", small_ndalloc),
+    STAT64("stats.arenas.<i>.small.nmalloc", small_nmalloc),
     STAT("stats.arenas.<i>.tcache_bytes", tcache_bytes),
     STAT64("stats.background_thread.num_runs", bg_runs),
     STAT("stats.background_thread.num_threads", bg_threads),

@@ -615,6 +615,8 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
     }
     if (zeroed)
         *zeroed = !s->dirty;
+    if (cls == 0)
+        stats.nmalloc_large++;
     s->next = s->prev = NULL;
     s->sample = NULL; /* a small span's bits instead: central.c sets them */
     s->owner = NULL;
@@ -680,8 +682,10 @@ size_t pageheap_free_large(void *p)
     sa_lock(&ph_lock);
     struct span *s = pagemap_span(p);
     size_t bytes = pageheap_is_large_start(s, p) ? s->npages << SA_PAGE_SHIFT : 0;
-    if (bytes)
+    if (bytes) {
         free_locked(s);
+        stats.ndalloc_large++;
+    }
     sa_unlock(&ph_lock);
     if (bytes)
         debug_check();

@@ -300,42 +300,58 @@ static void arena(struct emitter *e, bool bins)
      * "allocated" in one object, and a reader kept only the large one. */
     obj_begin(e, "small", NULL);
     item(e, "stats.arenas.0.small.allocated", V_SIZE);
+    item(e, "stats.arenas.0.small.nmalloc", V_UINT64);
+    item(e, "stats.arenas.0.small.ndalloc", V_UINT64);
     obj_end(e);
     obj_begin(e, "large", NULL);
     item(e, "stats.arenas.0.large.allocated", V_SIZE);
+    item(e, "stats.arenas.0.large.nmalloc", V_UINT64);
+    item(e, "stats.arenas.0.large.ndalloc", V_UINT64);
     obj_end(e);
     item(e, "stats.arenas.0.tcache_bytes", V_SIZE);
     unsigned nbins = 0;
     size_t len = sizeof(nbins);
     size_t mib_size[4], mib_nregs[4], mib_slab[4], mib_regs[6], mib_slabs[6];
-    size_t n4 = 4, n4b = 4, n4c = 4, n6 = 6, n6b = 6;
+    size_t mib_nmalloc[6], mib_ndalloc[6], mib_nslabs[6];
+    size_t n4 = 4, n4b = 4, n4c = 4, n6 = 6, n6b = 6, n6c = 6, n6d = 6, n6e = 6;
     if (bins && mallctl("arenas.nbins", &nbins, &len, NULL, 0) == 0 &&
         mallctlnametomib("arenas.bin.0.size", mib_size, &n4) == 0 &&
         mallctlnametomib("arenas.bin.0.nregs", mib_nregs, &n4b) == 0 &&
         mallctlnametomib("arenas.bin.0.slab_size", mib_slab, &n4c) == 0 &&
         mallctlnametomib("stats.arenas.0.bins.0.curregs", mib_regs, &n6) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.curslabs", mib_slabs, &n6b) == 0) {
+        mallctlnametomib("stats.arenas.0.bins.0.curslabs", mib_slabs, &n6b) == 0 &&
+        mallctlnametomib("stats.arenas.0.bins.0.nmalloc", mib_nmalloc, &n6c) == 0 &&
+        mallctlnametomib("stats.arenas.0.bins.0.ndalloc", mib_ndalloc, &n6d) == 0 &&
+        mallctlnametomib("stats.arenas.0.bins.0.nslabs", mib_nslabs, &n6e) == 0) {
         arr_begin(e, "bins");
         if (!e->json)
-            outs(e, "bins: size nregs slab_size curslabs curregs\n");
+            outs(e, "bins: size nregs slab_size curslabs curregs nmalloc ndalloc nslabs\n");
         for (unsigned i = 0; i < nbins; i++) {
             size_t size = 0, slab = 0, regs = 0, slabs = 0, zl = sizeof(size_t);
+            uint64_t nmalloc = 0, ndalloc = 0, nslabs = 0;
+            size_t ql = sizeof(uint64_t);
             uint32_t nregs = 0;
             size_t ul = sizeof(nregs);
             mib_size[2] = mib_nregs[2] = mib_slab[2] = i;
-            mib_regs[4] = mib_slabs[4] = i;
+            mib_regs[4] = mib_slabs[4] = mib_nmalloc[4] = mib_ndalloc[4] = mib_nslabs[4] = i;
             mallctlbymib(mib_size, 4, &size, &zl, NULL, 0);
             mallctlbymib(mib_nregs, 4, &nregs, &ul, NULL, 0);
             mallctlbymib(mib_slab, 4, &slab, &zl, NULL, 0);
             mallctlbymib(mib_regs, 6, &regs, &zl, NULL, 0);
             mallctlbymib(mib_slabs, 6, &slabs, &zl, NULL, 0);
+            mallctlbymib(mib_nmalloc, 6, &nmalloc, &ql, NULL, 0);
+            mallctlbymib(mib_ndalloc, 6, &ndalloc, &ql, NULL, 0);
+            mallctlbymib(mib_nslabs, 6, &nslabs, &ql, NULL, 0);
+            unsigned long long nm = nmalloc, nd = ndalloc, ns = nslabs;
             if (e->json) {
                 json_key(e, NULL);
                 outf(e, "{\"size\": %zu, \"nregs\": %u, \"slab_size\": %zu, ", size,
                      (unsigned)nregs, slab);
-                outf(e, "\"curslabs\": %zu, \"curregs\": %zu}", slabs, regs);
+                outf(e, "\"curslabs\": %zu, \"curregs\": %zu, ", slabs, regs);
+                outf(e, "\"nmalloc\": %llu, \"ndalloc\": %llu, \"nslabs\": %llu}", nm, nd, ns);
             } else {
-                outf(e, "  %zu %u %zu %zu %zu\n", size, (unsigned)nregs, slab, slabs, regs);
+                outf(e, "  %zu %u %zu %zu %zu %llu %llu %llu\n", size, (unsigned)nregs, slab,
+                     slabs, regs, nm, nd, ns);
             }
         }
         arr_end(e);

@@ -837,6 +837,97 @@ static void test_ctl_opt_types_match_the_man_page(void **state)
     assert_true(checked >= 20);
 }
 
+static uint64_t read_u64(const char *name)
+{
+    uint64_t v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+static uint64_t bin_u64(unsigned bin, const char *leaf)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "stats.arenas.0.bins.%u.%s", bin, leaf);
+    return read_u64(name);
+}
+
+static size_t bin_z(unsigned bin, const char *leaf)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "stats.arenas.0.bins.%u.%s", bin, leaf);
+    return read_z(name);
+}
+
+#define COUNTED_BLOCKS 1000
+
+/* A thread that allocates COUNTED_BLOCKS 48-byte blocks into `arg` and,
+ * if told to, frees them itself; its cache, gone with it, gives back what
+ * it holds. */
+struct counted_blocks {
+    void *p[COUNTED_BLOCKS];
+    bool free_them;
+};
+
+static void *allocate_blocks(void *arg)
+{
+    struct counted_blocks *b = arg;
+    for (unsigned i = 0; i < COUNTED_BLOCKS; i++)
+        b->p[i] = malloc(48);
+    for (unsigned i = 0; b->free_them && i < COUNTED_BLOCKS; i++)
+        free(b->p[i]);
+    return NULL;
+}
+
+/* bins.<j>.nmalloc and .ndalloc count objects out of and back into a
+ * class's central list since start-up: curregs is always their difference,
+ * a thread's blocks add to both, and the small.* sums agree; nslabs is
+ * never below curslabs.  large.nmalloc and .ndalloc count large blocks. */
+static void test_ctl_allocation_counters(void **state)
+{
+    (void)state;
+    unsigned bin = sizeclass_of(48) - 1; /* jemalloc's bin j is class j + 1 */
+    refresh();
+    uint64_t nmalloc = bin_u64(bin, "nmalloc"), ndalloc = bin_u64(bin, "ndalloc");
+    static struct counted_blocks blocks;
+    pthread_t t;
+    for (int remote = 0; remote < 2; remote++) { /* freed by it, then by this thread */
+        blocks.free_them = !remote;
+        assert_int_equal(pthread_create(&t, NULL, allocate_blocks, &blocks), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        for (unsigned i = 0; remote && i < COUNTED_BLOCKS; i++)
+            free(blocks.p[i]);
+    }
+    assert_int_equal(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    refresh();
+    assert_true(bin_u64(bin, "nmalloc") >= nmalloc + 2 * COUNTED_BLOCKS);
+    assert_true(bin_u64(bin, "ndalloc") >= ndalloc + 2 * COUNTED_BLOCKS);
+    uint64_t small_nmalloc = 0, small_ndalloc = 0;
+    for (unsigned j = 0; j < SA_NUM_CLASSES - 1; j++) {
+        uint64_t m = bin_u64(j, "nmalloc"), d = bin_u64(j, "ndalloc");
+        assert_true(m >= d);
+        assert_int_equal(bin_z(j, "curregs"), m - d);
+        assert_true(bin_u64(j, "nslabs") >= bin_z(j, "curslabs"));
+        small_nmalloc += m;
+        small_ndalloc += d;
+    }
+    assert_int_equal(read_u64("stats.arenas.0.small.nmalloc"), small_nmalloc);
+    assert_int_equal(read_u64("stats.arenas.0.small.ndalloc"), small_ndalloc);
+
+    uint64_t large_nmalloc = read_u64("stats.arenas.0.large.nmalloc");
+    uint64_t large_ndalloc = read_u64("stats.arenas.0.large.ndalloc");
+    void *big[3];
+    for (int i = 0; i < 3; i++)
+        assert_non_null(big[i] = malloc((size_t)1 << 20));
+    refresh();
+    assert_int_equal(read_u64("stats.arenas.0.large.nmalloc"), large_nmalloc + 3);
+    assert_int_equal(read_u64("stats.arenas.0.large.ndalloc"), large_ndalloc);
+    for (int i = 0; i < 3; i++)
+        free(big[i]);
+    refresh();
+    assert_int_equal(read_u64("stats.arenas.0.large.ndalloc"), large_ndalloc + 3);
+}
+
 /* arena.0.decay purges what has been free for a decay time, at once and
  * without the page heap being used (no background thread here).  200 ms:
  * the frees, microseconds apart, must all fall within one decay time (a
@@ -899,6 +990,7 @@ int main(void)
         cmocka_unit_test(test_ctl_stats_print_json),
         cmocka_unit_test(test_ctl_opt_types_match_the_man_page),
         cmocka_unit_test(test_ctl_arena_decay_purges_aged_pages),
+        cmocka_unit_test(test_ctl_allocation_counters),
     };
     return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
 }
