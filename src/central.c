@@ -119,7 +119,8 @@ struct central {
     unsigned xfer_cap;    /* how many */
     unsigned nxfer;       /* objects in it: xfer[0, nxfer), the last the most recent */
     const uint32_t *last_taker; /* central_owner.gen of the last batch taken */
-    uint64_t nmalloc, ndalloc, nslabs; /* since start-up: central_stats */
+    uint64_t nmalloc, ndalloc, nslabs, nfills, nflushes; /* since start-up: central_stats */
+    size_t npartial;      /* spans on the partial list */
     /* Decay (above): a window of at least a decay time, from the last
      * look that closed one, in which... */
     uint64_t window_since;
@@ -148,6 +149,7 @@ static void partial_push(struct central *c, struct span *s)
         c->partial->prev = s;
     c->partial = s;
     s->on_list = 1;
+    c->npartial++;
 }
 
 static void partial_remove(struct central *c, struct span *s)
@@ -159,6 +161,7 @@ static void partial_remove(struct central *c, struct span *s)
     if (s->next)
         s->next->prev = s->prev;
     s->on_list = 0;
+    c->npartial--;
 }
 
 /* Partial spans looked at for one of the taker's own before a new span. */
@@ -339,6 +342,7 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
     unsigned got = want - pos;
     c->allocated += got;
     c->nmalloc += got;
+    c->nfills += owner.gen != NULL; /* a cache's refill, not one object for none */
     sa_unlock(&c->lock);
     if (pos) /* out of memory: what there is, to the bottom */
         memmove(out, out + pos, got * sizeof(void *));
@@ -449,10 +453,14 @@ static void return_to_spans(struct central *c, unsigned cls, void *const *objs, 
         return_run(c, &r);
 }
 
-void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver)
+/* central_free_batch and central_free_one: a cache's flush (counted as
+ * one) or an object given back directly. */
+static void give_back(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver,
+                      bool flush)
 {
     struct central *c = central_of(cls);
     sa_lock(&c->lock);
+    c->nflushes += flush;
     /* What fits in the transfer cache, the most recent first; the rest
      * to the spans.  Nothing from the class's last taker: it would take
      * its own objects back, which its cache did for it already. */
@@ -469,6 +477,13 @@ void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint3
     debug_check(cls);
 }
 
+void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver)
+{
+    give_back(cls, objs, n, giver, true);
+}
+
+void central_free_one(unsigned cls, void *obj) { give_back(cls, &obj, 1, NULL, false); }
+
 void central_free_chain(unsigned cls, void *head, unsigned n)
 {
     struct central *c = central_of(cls);
@@ -478,6 +493,7 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
     sa_lock(&c->lock);
     c->allocated -= n;
     c->ndalloc += n;
+    c->nflushes++;
     while (n) {
         unsigned k = n < RETURN_GROUP ? n : RETURN_GROUP;
         n -= k;
@@ -621,6 +637,9 @@ void central_get_stats(unsigned cls, struct central_stats *st)
     st->nmalloc = c->nmalloc;
     st->ndalloc = c->ndalloc;
     st->nslabs = c->nslabs;
+    st->nfills = c->nfills;
+    st->nflushes = c->nflushes;
+    st->nonfull = c->npartial;
     sa_unlock(&c->lock);
 }
 
@@ -676,7 +695,8 @@ void central_check(unsigned cls)
 {
     struct central *c = central_of(cls);
     sa_lock(&c->lock);
-    for (struct span *s = c->partial; s; s = s->next) {
+    size_t npartial = 0;
+    for (struct span *s = c->partial; s; s = s->next, npartial++) {
         if (!s->on_list || s->allocated == sizeclass_objects(cls))
             sa_fatal("central: span %p on the partial list has no free object",
                      (void *)s->start);
@@ -685,6 +705,9 @@ void central_check(unsigned cls)
             sa_fatal("central: span %p on the partial list has no object out",
                      (void *)s->start);
     }
+    if (npartial != c->npartial)
+        sa_fatal("central: class %u has %zu spans on its partial list, counted %zu", cls,
+                 npartial, c->npartial);
     if (c->xfer)
         check_xfer(c, cls);
     sa_unlock(&c->lock);

@@ -35,9 +35,13 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
                              void **out);
 
 /* Gives back objs[0, n) of class `cls`, stack order (objs[n - 1] the most
- * recently freed).  `giver`: the giving cache's generation word (its
- * central_owner.gen when it takes), or NULL for no cache. */
+ * recently freed): a thread cache's flush.  `giver`: the giving cache's
+ * generation word (its central_owner.gen when it takes), or NULL when the
+ * cache is emptied for good. */
 void central_free_batch(unsigned cls, void *const *objs, unsigned n, const uint32_t *giver);
+/* Gives back one object of class `cls` freed where no cache takes it (an
+ * uncached thread, or one with no cache): not a flush. */
+void central_free_one(unsigned cls, void *obj);
 
 /* Gives back `n` objects of class `cls` chained from `head` through word 0
  * (remote frees and owner inboxes, tcache.c), to their spans. */
@@ -83,6 +87,10 @@ struct central_stats {
      * thread cache's batches object by object; spans taken from the page
      * heap. */
     uint64_t nmalloc, ndalloc, nslabs;
+    /* Batches taken by thread caches and given back by them (flushes,
+     * remote chains); spans on the partial list now (not full). */
+    uint64_t nfills, nflushes;
+    size_t nonfull;
 };
 void central_get_stats(unsigned cls, struct central_stats *st);
 

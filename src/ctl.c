@@ -35,6 +35,7 @@
 #include "lock.h"
 #include "log.h"
 #include "meta.h"
+#include "os.h"
 #include "pageheap.h"
 #include "pagemap.h"
 #include "prof.h"
@@ -129,7 +130,10 @@ struct snapshot {
     /* Since start-up (central.h, pageheap.h), summed over the classes for
      * small.*. */
     size_t nmalloc[SA_NUM_CLASSES], ndalloc[SA_NUM_CLASSES], nslabs[SA_NUM_CLASSES];
+    size_t nfills[SA_NUM_CLASSES], nflushes[SA_NUM_CLASSES], nonfull[SA_NUM_CLASSES];
     size_t small_nmalloc, small_ndalloc, large_nmalloc, large_ndalloc;
+    size_t small_nfills, small_nflushes;
+    size_t nthreads, uptime_ns, dirty_purged, dirty_nmadvise; /* the arena's */
     size_t bg_threads, bg_runs, bg_run_interval; /* background.h */
     size_t zero_reallocs;                        /* malloc.c */
 };
@@ -150,8 +154,13 @@ static void snap_take(void)
         s.nmalloc[cls] = cs.nmalloc;
         s.ndalloc[cls] = cs.ndalloc;
         s.nslabs[cls] = cs.nslabs;
+        s.nfills[cls] = cs.nfills;
+        s.nflushes[cls] = cs.nflushes;
+        s.nonfull[cls] = cs.nonfull;
         s.small_nmalloc += cs.nmalloc;
         s.small_ndalloc += cs.ndalloc;
+        s.small_nfills += cs.nfills;
+        s.small_nflushes += cs.nflushes;
         small_objects += cs.allocated * sizeclass_size(cls);
     }
     s.tcache_bytes = tcache_all_cached_bytes();
@@ -164,6 +173,10 @@ static void snap_take(void)
     s.large_allocated = ph.large + sampled;
     s.large_nmalloc = ph.nmalloc_large;
     s.large_ndalloc = ph.ndalloc_large;
+    s.dirty_purged = ph.purged >> SA_PAGE_SHIFT;
+    s.dirty_nmadvise = ph.nmadvise;
+    s.nthreads = tcache_live_count();
+    s.uptime_ns = os_now_ns() - init_started_ns();
     s.active = ph.small + ph.large + sampled;
     s.allocated = s.small_allocated + s.large_allocated;
     if (s.allocated > s.active)
@@ -245,8 +258,19 @@ static int ctl_stat(const struct ctl_ctx *cx, union ctl_val *old, const union ct
     size_t v = snap_read((size_t)cx->row->k);
     if (cx->row->type == T_UINT64)
         old->u64 = v;
+    else if (cx->row->type == T_UNSIGNED)
+        old->u = (unsigned)v;
     else
         old->z = v;
+    return 0;
+}
+
+/* stats.arenas.<i>.dirty_decay_ms: the live value, as arenas.dirty_decay_ms. */
+static int ctl_arena_decay_ms(const struct ctl_ctx *cx, union ctl_val *old,
+                              const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    old->zd = pageheap_decay_ms();
     return 0;
 }
 
@@ -602,6 +626,7 @@ static int ctl_background_thread(const struct ctl_ctx *cx, union ctl_val *old,
 #define STR(n, s) {n, T_STR, A_R, ctl_const, (s), 0, 0}
 #define STAT(n, f) {n, T_SIZE, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
 #define STAT64(n, f) {n, T_UINT64, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
+#define STATU(n, f) {n, T_UNSIGNED, A_R, ctl_stat, NULL, offsetof(struct snapshot, f), 0}
 #define BINSTAT(n, f) {n, T_SIZE, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
 #define BINSTAT64(n, f) {n, T_UINT64, A_R, ctl_bin_stat, NULL, offsetof(struct snapshot, f), 0}
 #define FN(n, t, a, f, g) {n, t, a, f, NULL, 0, g}
@@ -688,20 +713,36 @@ static const struct ctl_row table[] = {
     FN("prof.unwind_truncated", T_UINT64, A_R, ctl_prof_unwind_truncated, 0),
     STAT("stats.active", active),
     STAT("stats.allocated", allocated),
+    STAT("stats.arenas.<i>.base", metadata),
     BINSTAT("stats.arenas.<i>.bins.<j>.curregs", curregs),
     BINSTAT("stats.arenas.<i>.bins.<j>.curslabs", curslabs),
     BINSTAT64("stats.arenas.<i>.bins.<j>.ndalloc", ndalloc),
+    BINSTAT64("stats.arenas.<i>.bins.<j>.nfills", nfills),
+    BINSTAT64("stats.arenas.<i>.bins.<j>.nflushes", nflushes),
     BINSTAT64("stats.arenas.<i>.bins.<j>.nmalloc", nmalloc),
+    BINSTAT("stats.arenas.<i>.bins.<j>.nonfull_slabs", nonfull),
     BINSTAT64("stats.arenas.<i>.bins.<j>.nslabs", nslabs),
+    FN("stats.arenas.<i>.dirty_decay_ms", T_SSIZE, A_R, ctl_arena_decay_ms, 0),
+    STAT64("stats.arenas.<i>.dirty_nmadvise", dirty_nmadvise),
+    STAT64("stats.arenas.<i>.dirty_purged", dirty_purged),
     STAT("stats.arenas.<i>.large.allocated", large_allocated),
     STAT64("stats.arenas.<i>.large.ndalloc", large_ndalloc),
     STAT64("stats.arenas.<i>.large.nmalloc", large_nmalloc),
+    STAT("stats.arenas.<i>.mapped", mapped),
+    CONST("stats.arenas.<i>.muzzy_decay_ms", T_SSIZE, 0),
+    STATU("stats.arenas.<i>.nthreads", nthreads),
     STAT("stats.arenas.<i>.pactive", pactive),
     STAT("stats.arenas.<i>.pdirty", pdirty),
+    CONST("stats.arenas.<i>.pmuzzy", T_SIZE, 0),
+    STAT("stats.arenas.<i>.resident", resident),
+    STAT("stats.arenas.<i>.retained", retained),
     STAT("stats.arenas.<i>.small.allocated", small_allocated),
     STAT64("stats.arenas.<i>.small.ndalloc", small_ndalloc),
+    STAT64("stats.arenas.<i>.small.nfills", small_nfills),
+    STAT64("stats.arenas.<i>.small.nflushes", small_nflushes),
     STAT64("stats.arenas.<i>.small.nmalloc", small_nmalloc),
     STAT("stats.arenas.<i>.tcache_bytes", tcache_bytes),
+    STAT64("stats.arenas.<i>.uptime", uptime_ns),
     STAT64("stats.background_thread.num_runs", bg_runs),
     STAT("stats.background_thread.num_threads", bg_threads),
     STAT64("stats.background_thread.run_interval", bg_run_interval),

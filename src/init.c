@@ -23,6 +23,7 @@
 #include "fastpath.h"
 #include "fork.h"
 #include "log.h"
+#include "os.h"
 #include "pagemap.h"
 #include "sampler.h"
 #include "tcache.h"
@@ -38,6 +39,9 @@ static SA_TLS bool in_set_up;
 
 static int init_state;
 static pthread_key_t exit_key;
+static uint64_t started_ns; /* written by the set-up, before INIT_DONE is published */
+
+uint64_t init_started_ns(void) { return started_ns; }
 
 /* pthread key destructor: the thread is exiting; give its cache back.  Any
  * allocation after this (a later destructor) is served uncached. */
@@ -58,6 +62,7 @@ static bool global_init(void)
     if (__atomic_compare_exchange_n(&init_state, &expected, INIT_RUNNING, false,
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         in_set_up = true;
+        started_ns = os_now_ns();
         conf_init();
         malloc_boot_modes();
         if (malloc_every_call_slow) { /* before anything allocates: no leaf, no cache yet */

@@ -9,6 +9,7 @@
 #define SA_INIT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct tcache;
 
@@ -20,5 +21,8 @@ struct tcache *init_thread_cache(void);
 
 /* The calling thread's cache if it has one, else NULL; never creates one. */
 struct tcache *init_current_cache(void);
+
+/* os_now_ns() when the one-time set-up ran (stats.arenas.<i>.uptime). */
+uint64_t init_started_ns(void);
 
 #endif

@@ -129,7 +129,7 @@ static inline __attribute__((always_inline)) unsigned put_proxy(struct tcache *t
     if (tc)
         tcache_put(tc, cls, proxy);
     else
-        central_free_batch(cls, &proxy, 1, NULL);
+        central_free_one(cls, proxy);
     return cls;
 }
 
@@ -440,7 +440,7 @@ SA_SLOW_PATH static void free_slow_not_null(void *p, unsigned cls)
     }
     struct tcache *tc = init_thread_cache();
     if (!tc) {
-        central_free_batch(cls, &p, 1, NULL);
+        central_free_one(cls, p);
         return;
     }
     tcache_put(tc, cls, p);

@@ -391,6 +391,7 @@ static bool purge_locked(struct span *s)
     bool ok = os_purge((void *)s->start, s->npages << SA_PAGE_SHIFT);
     if (ok) {
         stats.purged += s->npages << SA_PAGE_SHIFT;
+        stats.nmadvise++;
         s->dirty = 0;
     } else {
         s->freed_at = os_now_ns();

@@ -171,6 +171,7 @@ struct pageheap_stats {
     size_t small;      /* bytes in small spans */
     size_t purged;     /* bytes handed back with madvise, ever */
     uint64_t nmalloc_large, ndalloc_large; /* large spans allocated and freed, ever */
+    uint64_t nmadvise; /* purges (madvise calls) that handed pages back, ever */
 };
 void pageheap_get_stats(struct pageheap_stats *st);
 

@@ -293,8 +293,13 @@ static void arena(struct emitter *e, bool bins)
 {
     obj_begin(e, "stats.arenas", NULL);
     obj_begin(e, "0", "arenas[0]:");
+    item(e, "stats.arenas.0.nthreads", V_UNSIGNED);
+    item(e, "stats.arenas.0.uptime", V_UINT64);
+    item(e, "stats.arenas.0.dirty_decay_ms", V_SSIZE);
     item(e, "stats.arenas.0.pactive", V_SIZE);
     item(e, "stats.arenas.0.pdirty", V_SIZE);
+    item(e, "stats.arenas.0.dirty_purged", V_UINT64);
+    item(e, "stats.arenas.0.dirty_nmadvise", V_UINT64);
     /* JSON: "small": {"allocated": n} and "large": {...}, as jemalloc
      * nests them; keyed by the last component alone, both were
      * "allocated" in one object, and a reader kept only the large one. */
@@ -302,6 +307,8 @@ static void arena(struct emitter *e, bool bins)
     item(e, "stats.arenas.0.small.allocated", V_SIZE);
     item(e, "stats.arenas.0.small.nmalloc", V_UINT64);
     item(e, "stats.arenas.0.small.ndalloc", V_UINT64);
+    item(e, "stats.arenas.0.small.nfills", V_UINT64);
+    item(e, "stats.arenas.0.small.nflushes", V_UINT64);
     obj_end(e);
     obj_begin(e, "large", NULL);
     item(e, "stats.arenas.0.large.allocated", V_SIZE);
@@ -311,48 +318,63 @@ static void arena(struct emitter *e, bool bins)
     item(e, "stats.arenas.0.tcache_bytes", V_SIZE);
     unsigned nbins = 0;
     size_t len = sizeof(nbins);
-    size_t mib_size[4], mib_nregs[4], mib_slab[4], mib_regs[6], mib_slabs[6];
-    size_t mib_nmalloc[6], mib_ndalloc[6], mib_nslabs[6];
-    size_t n4 = 4, n4b = 4, n4c = 4, n6 = 6, n6b = 6, n6c = 6, n6d = 6, n6e = 6;
-    if (bins && mallctl("arenas.nbins", &nbins, &len, NULL, 0) == 0 &&
-        mallctlnametomib("arenas.bin.0.size", mib_size, &n4) == 0 &&
-        mallctlnametomib("arenas.bin.0.nregs", mib_nregs, &n4b) == 0 &&
-        mallctlnametomib("arenas.bin.0.slab_size", mib_slab, &n4c) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.curregs", mib_regs, &n6) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.curslabs", mib_slabs, &n6b) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.nmalloc", mib_nmalloc, &n6c) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.ndalloc", mib_ndalloc, &n6d) == 0 &&
-        mallctlnametomib("stats.arenas.0.bins.0.nslabs", mib_nslabs, &n6e) == 0) {
+    /* A row per class: its shape (arenas.bin.<j>.*), then its counts
+     * (stats.arenas.0.bins.<j>.*), each leaf translated to a MIB once. */
+    static const struct {
+        const char *name, *key;
+        enum vtype type;
+        size_t at; /* the class's index in the MIB */
+    } cols[] = {
+        {"arenas.bin.0.size", "size", V_SIZE, 2},
+        {"arenas.bin.0.nregs", "nregs", V_UNSIGNED, 2},
+        {"arenas.bin.0.slab_size", "slab_size", V_SIZE, 2},
+        {"stats.arenas.0.bins.0.curslabs", "curslabs", V_SIZE, 4},
+        {"stats.arenas.0.bins.0.curregs", "curregs", V_SIZE, 4},
+        {"stats.arenas.0.bins.0.nmalloc", "nmalloc", V_UINT64, 4},
+        {"stats.arenas.0.bins.0.ndalloc", "ndalloc", V_UINT64, 4},
+        {"stats.arenas.0.bins.0.nslabs", "nslabs", V_UINT64, 4},
+        {"stats.arenas.0.bins.0.nfills", "nfills", V_UINT64, 4},
+        {"stats.arenas.0.bins.0.nflushes", "nflushes", V_UINT64, 4},
+        {"stats.arenas.0.bins.0.nonfull_slabs", "nonfull_slabs", V_SIZE, 4},
+    };
+    enum { NCOLS = sizeof(cols) / sizeof(cols[0]) };
+    size_t mib[NCOLS][6], miblen[NCOLS];
+    bool ok = bins && mallctl("arenas.nbins", &nbins, &len, NULL, 0) == 0;
+    for (unsigned c = 0; ok && c < NCOLS; c++) {
+        miblen[c] = 6;
+        ok = mallctlnametomib(cols[c].name, mib[c], &miblen[c]) == 0;
+    }
+    if (ok) {
         arr_begin(e, "bins");
-        if (!e->json)
-            outs(e, "bins: size nregs slab_size curslabs curregs nmalloc ndalloc nslabs\n");
+        if (!e->json) {
+            outs(e, "bins:");
+            for (unsigned c = 0; c < NCOLS; c++)
+                outf(e, " %s", cols[c].key);
+            outs(e, "\n");
+        }
         for (unsigned i = 0; i < nbins; i++) {
-            size_t size = 0, slab = 0, regs = 0, slabs = 0, zl = sizeof(size_t);
-            uint64_t nmalloc = 0, ndalloc = 0, nslabs = 0;
-            size_t ql = sizeof(uint64_t);
-            uint32_t nregs = 0;
-            size_t ul = sizeof(nregs);
-            mib_size[2] = mib_nregs[2] = mib_slab[2] = i;
-            mib_regs[4] = mib_slabs[4] = mib_nmalloc[4] = mib_ndalloc[4] = mib_nslabs[4] = i;
-            mallctlbymib(mib_size, 4, &size, &zl, NULL, 0);
-            mallctlbymib(mib_nregs, 4, &nregs, &ul, NULL, 0);
-            mallctlbymib(mib_slab, 4, &slab, &zl, NULL, 0);
-            mallctlbymib(mib_regs, 6, &regs, &zl, NULL, 0);
-            mallctlbymib(mib_slabs, 6, &slabs, &zl, NULL, 0);
-            mallctlbymib(mib_nmalloc, 6, &nmalloc, &ql, NULL, 0);
-            mallctlbymib(mib_ndalloc, 6, &ndalloc, &ql, NULL, 0);
-            mallctlbymib(mib_nslabs, 6, &nslabs, &ql, NULL, 0);
-            unsigned long long nm = nmalloc, nd = ndalloc, ns = nslabs;
             if (e->json) {
                 json_key(e, NULL);
-                outf(e, "{\"size\": %zu, \"nregs\": %u, \"slab_size\": %zu, ", size,
-                     (unsigned)nregs, slab);
-                outf(e, "\"curslabs\": %zu, \"curregs\": %zu, ", slabs, regs);
-                outf(e, "\"nmalloc\": %llu, \"ndalloc\": %llu, \"nslabs\": %llu}", nm, nd, ns);
+                outs(e, "{");
             } else {
-                outf(e, "  %zu %u %zu %zu %zu %llu %llu %llu\n", size, (unsigned)nregs, slab,
-                     slabs, regs, nm, nd, ns);
+                outs(e, " ");
             }
+            for (unsigned c = 0; c < NCOLS; c++) {
+                /* nregs is a uint32_t; every other column a size_t or a
+                 * uint64_t, one word on the platforms salloc builds for. */
+                uint64_t word = 0;
+                uint32_t u32 = 0;
+                size_t wl = cols[c].type == V_UNSIGNED ? sizeof(u32) : sizeof(word);
+                mib[c][cols[c].at] = i;
+                mallctlbymib(mib[c], miblen[c], cols[c].type == V_UNSIGNED ? (void *)&u32 : (void *)&word,
+                             &wl, NULL, 0);
+                unsigned long long v = cols[c].type == V_UNSIGNED ? u32 : word;
+                if (e->json)
+                    outf(e, "%s\"%s\": %llu", c ? ", " : "", cols[c].key, v);
+                else
+                    outf(e, " %llu", v);
+            }
+            outs(e, e->json ? "}" : "\n");
         }
         arr_end(e);
     }

@@ -156,6 +156,8 @@ static struct tcache *spare;    /* records of exited threads, linked by next */
 static uint32_t records_made;   /* numbers records for their owner tags */
 static uint32_t live_caches;    /* in the registry; written under its lock, read racily */
 
+unsigned tcache_live_count(void) { return __atomic_load_n(&live_caches, __ATOMIC_RELAXED); }
+
 size_t tcache_capacity_bound(void)
 {
     uint32_t n = __atomic_load_n(&live_caches, __ATOMIC_RELAXED);
@@ -729,7 +731,7 @@ static void *refill_uncached(struct tcache *tc, unsigned cls)
 static void put_uncached(struct tcache *tc, unsigned cls, void *obj)
 {
     tc->dealloc_adjust += sizeclass_size(cls); /* freed, and on no stack: as flush_bin */
-    central_free_batch(cls, &obj, 1, NULL);
+    central_free_one(cls, obj);
     enforce_budget(tc);
 }
 

@@ -326,6 +326,9 @@ uint32_t tcache_class_cap(unsigned cls);
  * the threads there are now (tcache.c: Many threads); SIZE_MAX for few. */
 size_t tcache_capacity_bound(void);
 
+/* Threads with a cache now (stats.arenas.<i>.nthreads). */
+unsigned tcache_live_count(void);
+
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);
 /* thread.deallocated of `tc`'s thread, given its thread.allocated. */

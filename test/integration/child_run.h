@@ -23,7 +23,7 @@
 struct child_outcome {
     int signal; /* the signal that ended it; 0 if it exited */
     int status; /* its exit status; -1 if a signal ended it */
-    char out[256], err[16384];
+    char out[256], err[65536]; /* room for a whole JSON stats report */
 };
 
 static void child_read_all(int fd, char *buf, size_t size)

@@ -66,7 +66,7 @@ static void test_stats_print_at_exit(void **state)
     assert_true(ends_with(o.err, "--- End salloc statistics ---\n"));
     assert_non_null(strstr(o.err, "  opt.stats_print: true\n"));
     assert_non_null(strstr(o.err, "\nAllocated: "));
-    assert_non_null(strstr(o.err, "\nbins: size nregs slab_size curslabs curregs nmalloc ndalloc nslabs\n"));
+    assert_non_null(strstr(o.err, "\nbins: size nregs slab_size curslabs curregs nmalloc ndalloc nslabs nfills nflushes nonfull_slabs\n"));
 }
 
 /* Without it, nothing. */

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../../include/salloc.h"
+#include "central.h"
 #include "ctl.h"
 #include "dump.h"
 #include "init.h"
@@ -866,12 +867,15 @@ static size_t bin_z(unsigned bin, const char *leaf)
  * it holds. */
 struct counted_blocks {
     void *p[COUNTED_BLOCKS];
-    bool free_them;
+    bool free_them, uncached;
 };
 
 static void *allocate_blocks(void *arg)
 {
     struct counted_blocks *b = arg;
+    bool off = false;
+    if (b->uncached)
+        assert_int_equal(mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof(off)), 0);
     for (unsigned i = 0; i < COUNTED_BLOCKS; i++)
         b->p[i] = malloc(48);
     for (unsigned i = 0; b->free_them && i < COUNTED_BLOCKS; i++)
@@ -889,6 +893,7 @@ static void test_ctl_allocation_counters(void **state)
     unsigned bin = sizeclass_of(48) - 1; /* jemalloc's bin j is class j + 1 */
     refresh();
     uint64_t nmalloc = bin_u64(bin, "nmalloc"), ndalloc = bin_u64(bin, "ndalloc");
+    uint64_t nfills = bin_u64(bin, "nfills"), nflushes = bin_u64(bin, "nflushes");
     static struct counted_blocks blocks;
     pthread_t t;
     for (int remote = 0; remote < 2; remote++) { /* freed by it, then by this thread */
@@ -902,12 +907,30 @@ static void test_ctl_allocation_counters(void **state)
     refresh();
     assert_true(bin_u64(bin, "nmalloc") >= nmalloc + 2 * COUNTED_BLOCKS);
     assert_true(bin_u64(bin, "ndalloc") >= ndalloc + 2 * COUNTED_BLOCKS);
+    /* Batches: at least one refill and one flush, far fewer than objects. */
+    uint64_t fills = bin_u64(bin, "nfills") - nfills, flushes = bin_u64(bin, "nflushes") - nflushes;
+    assert_true(fills >= 2 && fills < COUNTED_BLOCKS);
+    assert_true(flushes >= 2 && flushes < COUNTED_BLOCKS);
+    /* An uncached thread's objects come and go one at a time: counted as
+     * objects, not as a cache's fills or flushes. */
+    nmalloc = bin_u64(bin, "nmalloc"), ndalloc = bin_u64(bin, "ndalloc");
+    nfills = bin_u64(bin, "nfills"), nflushes = bin_u64(bin, "nflushes");
+    blocks.free_them = blocks.uncached = true;
+    assert_int_equal(pthread_create(&t, NULL, allocate_blocks, &blocks), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    refresh();
+    assert_true(bin_u64(bin, "nmalloc") >= nmalloc + COUNTED_BLOCKS);
+    assert_true(bin_u64(bin, "ndalloc") >= ndalloc + COUNTED_BLOCKS);
+    assert_int_equal(bin_u64(bin, "nfills"), nfills);
+    assert_int_equal(bin_u64(bin, "nflushes"), nflushes);
     uint64_t small_nmalloc = 0, small_ndalloc = 0;
     for (unsigned j = 0; j < SA_NUM_CLASSES - 1; j++) {
         uint64_t m = bin_u64(j, "nmalloc"), d = bin_u64(j, "ndalloc");
         assert_true(m >= d);
         assert_int_equal(bin_z(j, "curregs"), m - d);
         assert_true(bin_u64(j, "nslabs") >= bin_z(j, "curslabs"));
+        assert_true(bin_z(j, "nonfull_slabs") <= bin_z(j, "curslabs"));
+        central_check(j + 1); /* its partial list as long as counted */
         small_nmalloc += m;
         small_ndalloc += d;
     }
@@ -926,6 +949,57 @@ static void test_ctl_allocation_counters(void **state)
         free(big[i]);
     refresh();
     assert_int_equal(read_u64("stats.arenas.0.large.ndalloc"), large_ndalloc + 3);
+}
+
+static unsigned read_u(const char *name)
+{
+    unsigned v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+static ssize_t read_zd(const char *name)
+{
+    ssize_t v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(mallctl(name, &v, &len, NULL, 0), 0);
+    return v;
+}
+
+/* The arena's own figures: threads with a cache, time since start-up, the
+ * decay time, the heap's purges, and (one arena) the process's totals. */
+static void test_ctl_arena_figures(void **state)
+{
+    (void)state;
+    free(malloc(1)); /* this thread's cache */
+    refresh();
+    assert_true(read_u("stats.arenas.0.nthreads") >= 1);
+    uint64_t uptime = read_u64("stats.arenas.0.uptime");
+    assert_true(uptime > 0);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    refresh();
+    /* Read from the kernel's coarse clock (os.h): a tick of a few ms. */
+    assert_true(read_u64("stats.arenas.0.uptime") >= uptime + 10 * 1000 * 1000);
+    assert_int_equal(read_zd("stats.arenas.0.dirty_decay_ms"), read_zd("arenas.dirty_decay_ms"));
+    assert_int_equal(read_zd("stats.arenas.0.muzzy_decay_ms"), 0);
+    assert_int_equal(read_z("stats.arenas.0.pmuzzy"), 0);
+    assert_int_equal(read_z("stats.arenas.0.mapped"), read_z("stats.mapped"));
+    assert_int_equal(read_z("stats.arenas.0.resident"), read_z("stats.resident"));
+    assert_int_equal(read_z("stats.arenas.0.retained"), read_z("stats.retained"));
+    assert_int_equal(read_z("stats.arenas.0.base"), read_z("stats.metadata"));
+    /* A freed 4 MiB block, purged now: its pages counted, with a madvise. */
+    uint64_t purged = read_u64("stats.arenas.0.dirty_purged");
+    uint64_t nmadvise = read_u64("stats.arenas.0.dirty_nmadvise");
+    char *big = malloc((size_t)4 << 20);
+    assert_non_null(big);
+    memset(big, 1, (size_t)4 << 20);
+    free(big);
+    assert_int_equal(mallctl("arena.0.purge", NULL, NULL, NULL, 0), 0);
+    refresh();
+    assert_true(read_u64("stats.arenas.0.dirty_purged") >= purged + ((4u << 20) >> SA_PAGE_SHIFT));
+    assert_true(read_u64("stats.arenas.0.dirty_nmadvise") > nmadvise);
 }
 
 /* arena.0.decay purges what has been free for a decay time, at once and
@@ -991,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_ctl_opt_types_match_the_man_page),
         cmocka_unit_test(test_ctl_arena_decay_purges_aged_pages),
         cmocka_unit_test(test_ctl_allocation_counters),
+        cmocka_unit_test(test_ctl_arena_figures),
     };
     return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
 }
