@@ -230,6 +230,7 @@ static int ctl_var(const struct ctl_ctx *cx, union ctl_val *old, const union ctl
     const void *p = cx->row->arg;
     switch (cx->row->type) {
     case T_BOOL: old->b = *(const bool *)p; break;
+    case T_UNSIGNED: old->u = *(const unsigned *)p; break;
     case T_SIZE: old->z = *(const size_t *)p; break;
     case T_SSIZE: old->zd = *(const ssize_t *)p; break;
     default: old->s = p; break;
@@ -641,6 +642,7 @@ static const struct ctl_row table[] = {
     FN("arenas.dirty_decay_ms", T_SSIZE, A_RW, ctl_decay_ms, 0),
     CONST("arenas.narenas", T_UNSIGNED, 1),
     CONST("arenas.nbins", T_UNSIGNED, SA_NUM_CLASSES - 1),
+    VAR("arenas.nhbins", T_UNSIGNED, tcache_cached_classes),
     CONST("arenas.page", T_SIZE, SA_PAGE_SIZE),
     CONST("arenas.quantum", T_SIZE, 16),
     VAR("arenas.tcache_max", T_SIZE, tcache_max_cached_size),

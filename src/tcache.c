@@ -133,6 +133,7 @@ SA_BSS_APART struct tcache tcache_empty;
  * uncached in every thread (tcache.h). */
 static unsigned last_cached_class = SA_NUM_CLASSES - 1;
 size_t tcache_max_cached_size = SA_MAX_SMALL;
+unsigned tcache_cached_classes = SA_NUM_CLASSES - 1;
 
 void tcache_set_max_size(size_t bytes)
 {
@@ -141,6 +142,7 @@ void tcache_set_max_size(size_t bytes)
         last++;
     __atomic_store_n(&last_cached_class, last, __ATOMIC_RELAXED);
     tcache_max_cached_size = sizeclass_size(last); /* class 0's size is 0 */
+    tcache_cached_classes = last;
 }
 
 /* Whether `tc` caches objects of `cls`: its thread's cache is on and the

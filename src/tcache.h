@@ -314,8 +314,10 @@ void tcache_drain_all_inboxes(void);
  * calls it as it reads the option, before any cache exists).  Every small
  * class is cached by default. */
 void tcache_set_max_size(size_t bytes);
-/* The largest class size cached, 0 for none (arenas.tcache_max). */
+/* The largest class size cached, 0 for none (arenas.tcache_max), and how
+ * many classes are cached (arenas.nhbins). */
 extern size_t tcache_max_cached_size;
+extern unsigned tcache_cached_classes;
 
 /* The most objects a stack of class `cls` may hold (tcache.c's limits):
  * 256 KiB worth up to 1 KiB objects, 64 KiB worth above, never less than

@@ -257,6 +257,11 @@ static void test_conf_tcache_max(void **state)
     (void)state;
     assert_int_equal(read_size("opt.tcache_max"), SA_MAX_SMALL); /* the default */
     assert_int_equal(read_size("opt.lg_tcache_max"), 18);
+    unsigned nhbins = 0, nbins = 0;
+    size_t len = sizeof(nhbins);
+    assert_int_equal(mallctl("arenas.nhbins", &nhbins, &len, NULL, 0), 0);
+    assert_int_equal(mallctl("arenas.nbins", &nbins, &len, NULL, 0), 0);
+    assert_int_equal(nhbins, nbins); /* every class */
     assert_int_equal(read_size("arenas.tcache_max"), SA_MAX_SMALL);
     assert_int_equal(apply("tcache_max:4096"), 0);
     assert_int_equal(read_size("opt.tcache_max"), 4096);
@@ -280,6 +285,8 @@ static void test_conf_tcache_max(void **state)
     assert_int_equal(apply("lg_tcache_max:10"), 0);
     assert_int_equal(read_size("opt.tcache_max"), 1024);
     assert_int_equal(read_size("opt.lg_tcache_max"), 10);
+    assert_int_equal(mallctl("arenas.nhbins", &nhbins, &len, NULL, 0), 0);
+    assert_int_equal(nhbins, sizeclass_of(1024)); /* classes 1 .. the 1 KiB one */
     assert_int_equal(read_size("arenas.tcache_max"), 1024);
     assert_int_equal(apply("lg_tcache_max:40"), 0);
     assert_int_equal(read_size("opt.tcache_max"), (size_t)8 << 20);
