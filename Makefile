@@ -58,7 +58,7 @@ SRCS := $(wildcard src/*.c)
 # from .init_array and .fini_array, untouched.  test/check_layout.sh holds
 # the library to all this.
 COLD_SRCS := src/ctl.c src/dump.c src/glibc_compat.c src/guard.c src/log.c src/pprof.c \
-             src/procmaps.c src/residency.c src/stats.c src/xallocx.c
+             src/procmaps.c src/prof_recent.c src/residency.c src/stats.c src/xallocx.c
 LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS)) $(COLD_SRCS))
 TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 
@@ -220,8 +220,10 @@ TEST_ENV := SALLOC_LIB=$(CURDIR)/lib/libsalloc.so GEN_SIZE_CLASSES=$(CURDIR)/bui
 HEAVY_SAMPLING := lg_prof_sample:8,prof_unwind:check
 
 # Half the samples guarded (guard.h), a sample every 4 KiB: the quarantine
-# and the guard's mappings under every thread's traffic.
-GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1
+# and the guard's mappings under every thread's traffic; the last 64
+# samples kept whole (prof_recent.h), records dropped and completed all the
+# time, across forks.
+GUARDED_SAMPLING := lg_prof_sample:12,lg_prof_guard_every:1,prof_recent_alloc_max:64
 # The background thread purging every 10 ms while the stress threads and
 # forks allocate: decay concurrent with everything else.  Classes above
 # 4 KiB uncached (tcache_max), so that their objects go one at a time

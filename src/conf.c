@@ -213,6 +213,7 @@ static const struct option options[] = {
     {"prof_leak_error", K_BOOL, &opt_prof_leak_error, 0, 0, NULL, NULL},
     {"prof_peak_pct", K_UNSIGNED, &opt_prof_peak_pct, 1, 1000, NULL, NULL},
     {"prof_prefix", K_STRING, opt_prof_prefix, 0, 0, NULL, NULL},
+    {"prof_recent_alloc_max", K_SIGNED, &opt_prof_recent_alloc_max, -1, SSIZE_MAX, NULL, NULL},
     {"prof_sys_thread_name", K_BOOL, &opt_prof_sys_thread_name, 0, 0, NULL, NULL},
     {"prof_thread_active_init", K_BOOL, &opt_prof_thread_active_init, 0, 0, NULL, NULL},
     {"prof_unwind", K_CHOICE, opt_prof_unwind, 0, 0, NULL, unwinders},

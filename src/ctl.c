@@ -39,6 +39,7 @@
 #include "pageheap.h"
 #include "pagemap.h"
 #include "prof.h"
+#include "prof_recent.h"
 #include "sampled_pages.h"
 #include "sizeclass.h"
 #include "stack.h"
@@ -47,16 +48,24 @@
 
 /* ---- values ---- */
 
-/* T_FN: a function pointer (experimental.hooks.*). */
-enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR, T_FN };
+/* T_FN: a function pointer (experimental.hooks.*).  T_WRITER: a write
+ * callback and its argument (experimental.prof_recent.alloc_dump). */
+struct ctl_writer {
+    void (*write_cb)(void *, const char *);
+    void *cbopaque;
+};
+enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR, T_FN,
+                T_WRITER };
 static const size_t type_size[] = {
     [T_VOID] = 0, [T_BOOL] = sizeof(bool), [T_UNSIGNED] = sizeof(unsigned),
     [T_UINT32] = sizeof(uint32_t), [T_SIZE] = sizeof(size_t),
     [T_SSIZE] = sizeof(ssize_t), [T_UINT64] = sizeof(uint64_t),
     [T_STR] = sizeof(const char *), [T_FN] = sizeof(void (*)(void)),
+    [T_WRITER] = sizeof(struct ctl_writer),
 };
 
 union ctl_val {
+    struct ctl_writer w;
     bool b;
     unsigned u;
     uint32_t u32;
@@ -598,6 +607,31 @@ static int ctl_tcache_enabled(const struct ctl_ctx *cx, union ctl_val *old,
     return 0;
 }
 
+/* experimental.prof_recent.alloc_max: how many recent samples are kept
+ * whole (prof_recent.h); EINVAL below -1. */
+static int ctl_recent_max(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx;
+    if (new && new->zd < -1)
+        return EINVAL;
+    if (old)
+        old->zd = prof_recent_max();
+    if (new)
+        prof_recent_set_max(new->zd);
+    return 0;
+}
+
+/* experimental.prof_recent.alloc_dump: the records as JSON through the
+ * given callback (standard error if it is NULL); EFAULT if no memory could
+ * be mapped for their copy. */
+static int ctl_recent_dump(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
+{
+    (void)cx, (void)old;
+    if (!new)
+        return EINVAL;
+    return prof_recent_dump(new->w.write_cb, new->w.cbopaque) ? 0 : EFAULT;
+}
+
 /* thread.idle: the thread will be idle for a while: its cache goes back,
  * and then a decay pass (arena.<i>.decay) lets go of what is due.  A
  * thread with no cache has nothing of its own to give back: still 0. */
@@ -662,6 +696,8 @@ static const struct ctl_row table[] = {
     FN("epoch", T_UINT64, A_RW, ctl_epoch, 0),
     FN("experimental.hooks.prof_backtrace", T_FN, A_RW, ctl_hook_prof_backtrace, G_PROF_WRITE),
     FN("experimental.hooks.prof_dump", T_FN, A_RW, ctl_hook_prof_dump, G_PROF_WRITE),
+    FN("experimental.prof_recent.alloc_dump", T_WRITER, A_W, ctl_recent_dump, G_PROF_ALL),
+    FN("experimental.prof_recent.alloc_max", T_SSIZE, A_RW, ctl_recent_max, G_PROF_ALL),
     VAR("opt.abort", T_BOOL, opt_abort),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
     VAR("opt.background_thread", T_BOOL, opt_background_thread),
@@ -687,6 +723,7 @@ static const struct ctl_row table[] = {
     VAR("opt.prof_leak_error", T_BOOL, opt_prof_leak_error),
     VAR("opt.prof_peak_pct", T_SIZE, opt_prof_peak_pct),
     VAR("opt.prof_prefix", T_STR, opt_prof_prefix),
+    VAR("opt.prof_recent_alloc_max", T_SSIZE, opt_prof_recent_alloc_max),
     VAR("opt.prof_sys_thread_name", T_BOOL, opt_prof_sys_thread_name),
     VAR("opt.prof_thread_active_init", T_BOOL, opt_prof_thread_active_init),
     VAR("opt.prof_unwind", T_STR, opt_prof_unwind),

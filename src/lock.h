@@ -18,6 +18,8 @@
  *                       takes the sample and stack shards one by one
  *   LOCK_RANK_PEAK      the peak snapshot (prof.c); held while it copies
  *                       the sample shards one by one
+ *   LOCK_RANK_RECENT    the recent samples' records (prof_recent.c); takes
+ *                       only meta.c's under it
  *   LOCK_RANK_SAMPLES   one per shard of the live-sample lists (prof.c)
  *   LOCK_RANK_STACKS    one per shard of the stack table (stack.c)
  *   LOCK_RANK_SAMPLED_PAGES  the cache of sampled mappings (sampled_pages.c)
@@ -45,6 +47,7 @@ enum lock_rank {
     LOCK_RANK_TCACHES,
     LOCK_RANK_DUMP,
     LOCK_RANK_PEAK,
+    LOCK_RANK_RECENT,
     LOCK_RANK_SAMPLES,
     LOCK_RANK_STACKS,
     LOCK_RANK_SAMPLED_PAGES,

@@ -43,6 +43,7 @@
 #include "os.h"
 #include "pageheap.h"
 #include "pagemap.h"
+#include "prof_recent.h"
 #include "sampled_pages.h"
 #include "sampler.h"
 #include "stack.h"
@@ -64,6 +65,7 @@ bool opt_prof_accum = false;
 ssize_t opt_lg_prof_interval = -1;
 bool opt_prof_gdump = false;
 size_t opt_prof_peak_pct = 10;
+ssize_t opt_prof_recent_alloc_max = 0;
 bool opt_prof_final_peak = false;
 bool opt_prof_guard = false;
 ssize_t opt_lg_prof_guard_every = -1;
@@ -107,6 +109,8 @@ struct sample {
     uint8_t shard;      /* the shard its record belongs to (home) */
     bool guarded;       /* its own mapping ends in an inaccessible page */
     struct prof_stack *free_stack; /* guarded, in quarantine: who freed it */
+    struct prof_recent *recent; /* its record among the recent samples; under
+                                 * prof_recent.c's lock (prof_recent.h) */
     char thread[32];    /* thread.prof.name when it was taken (pprof label) */
 };
 
@@ -201,6 +205,7 @@ void prof_boot(void)
     os_thp_always(); /* read now: never first inside a sample */
     if (opt_prof_guard || opt_lg_prof_guard_every >= 0)
         guard_install_handler();
+    prof_recent_set_max(opt_prof_recent_alloc_max); /* conf.c kept it >= -1 */
     if ((opt_prof_final || opt_prof_final_peak) && prefix[0] && atexit(final_dump) != 0)
         sa_warn("prof_final: atexit() failed: no dump at exit");
 }
@@ -544,6 +549,7 @@ static struct sample *sample_publish_locked(struct sample_shard *sh, const struc
         s->shard = (uint8_t)(sh - shards);
         s->guarded = n->guarded;
         s->free_stack = NULL;
+        s->recent = NULL;
         memcpy(s->thread, thread, sizeof(s->thread) - 1);
         s->thread[sizeof(s->thread) - 1] = '\0';
         s->prev = NULL;
@@ -859,7 +865,7 @@ void (*prof_test_before_accum)(void);
 void (*prof_test_before_spare_keep)(void);
 #endif
 
-static void after_publish(struct tcache *tc, const struct sample *s)
+static void after_publish(struct tcache *tc, struct sample *s)
 {
 #ifdef SA_TESTING
     if (prof_test_before_accum) /* a prof.reset here, say */
@@ -867,6 +873,8 @@ static void after_publish(struct tcache *tc, const struct sample *s)
 #endif
     if (opt_prof_accum)
         stack_accum_add(s->stack, s->usable, s->rate, s->epoch);
+    if (unlikely(prof_recent_max() != 0))
+        prof_recent_alloc(&s->recent, s->usable, s->stack, s->thread);
     prof_after_sample(tc);
     /* The weight publish_locked gave it: s->weight is the shard lock's (a
      * prof.reset zeroes it), and this thread no longer holds it. */
@@ -1000,15 +1008,9 @@ static void forget_sample(struct sample *s, bool keep)
     sa_polled_unlock(&sh->lock);
 }
 
-void prof_unsample_span(struct span *span)
-{
-    struct sample *s = span->sample;
-    __atomic_store_n(&span->sample, NULL, __ATOMIC_RELAXED);
-    forget_sample(s, false);
-}
-
-/* The stack that frees a guarded sample, for a report of a use after free:
- * NULL if this thread has no cache (exiting) or is inside the profiler. */
+/* The stack that frees a sample, for a report of a use after free of a
+ * guarded one, or for its recent record: NULL if this thread has no cache
+ * (exiting) or is inside the profiler. */
 static struct prof_stack *free_stack(void)
 {
     struct tcache *tc = init_current_cache();
@@ -1020,9 +1022,26 @@ static struct prof_stack *free_stack(void)
     return st;
 }
 
+/* Sample `s` is being freed (or unsampled): its recent record, if it has
+ * one, is completed. */
+static void release_recent(struct sample *s)
+{
+    if (unlikely(prof_recent_has(&s->recent)))
+        prof_recent_release(&s->recent, free_stack());
+}
+
+void prof_unsample_span(struct span *span)
+{
+    struct sample *s = span->sample;
+    release_recent(s);
+    __atomic_store_n(&span->sample, NULL, __ATOMIC_RELAXED);
+    forget_sample(s, false);
+}
+
 size_t prof_free_sampled(struct span *span, void **proxy)
 {
     struct sample *s = span->sample;
+    release_recent(s);
     size_t usable = s->usable;
     *proxy = s->proxy;
     if (s->guarded) {
@@ -1446,6 +1465,7 @@ void prof_prefork(void)
 {
     sa_lock(&dump_lock);
     sa_lock(&peak_lock);
+    prof_recent_prefork();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         sa_polled_lock_unranked(&shards[i].lock); /* same rank: see lock.h */
     stack_prefork();
@@ -1458,6 +1478,7 @@ void prof_postfork_parent(void)
     stack_postfork_parent();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         sa_polled_unlock_unranked(&shards[i].lock);
+    prof_recent_postfork_parent();
     sa_unlock(&peak_lock);
     sa_unlock(&dump_lock);
 }
@@ -1468,6 +1489,7 @@ void prof_postfork_child(void)
     stack_postfork_child();
     for (unsigned i = 0; i < SAMPLE_SHARDS; i++)
         sa_polled_lock_reset_unranked(&shards[i].lock);
+    prof_recent_postfork_child();
     sa_lock_reinit(&peak_lock);
     sa_lock_reinit(&dump_lock);
 }

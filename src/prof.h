@@ -38,6 +38,7 @@ extern bool opt_prof_accum;              /* keep allocated-ever counts; default 
 extern ssize_t opt_lg_prof_interval;     /* dump every 2^N bytes; -1 = off (default) */
 extern bool opt_prof_gdump;              /* initial prof.gdump; default false */
 extern size_t opt_prof_peak_pct;         /* peak snapshot on growth above this %; 10 */
+extern ssize_t opt_prof_recent_alloc_max; /* recent samples kept whole (prof_recent.h); 0 */
 extern bool opt_prof_final_peak;         /* also dump the peak profile at exit */
 extern bool opt_prof_guard;              /* guard every sample (guard.h); false */
 extern ssize_t opt_lg_prof_guard_every;  /* guard 1 sample in 2^N; -1 = none */

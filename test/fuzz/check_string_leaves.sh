@@ -1,12 +1,13 @@
 #!/bin/sh
 # check_string_leaves.sh: fails if src/ctl.c's table has a string leaf
-# (T_STR: its value is a `const char *`) or a function leaf (T_FN: a
-# hook's function pointer) that fuzz_mallctl.c's strings[] does not list:
-# the target would pass raw input bytes to it as a pointer.
+# (T_STR: its value is a `const char *`), a function leaf (T_FN: a hook's
+# function pointer) or a writer leaf (T_WRITER: a callback and its
+# argument) that fuzz_mallctl.c's strings[] does not list: the target
+# would pass raw input bytes to it as a pointer.
 # The Makefile runs it before building fuzz_mallctl.
 ctl=${1:-src/ctl.c}
 target=${2:-test/fuzz/fuzz_mallctl.c}
-names=$(sed -n -e 's/^ *\(FN\|VAR\)("\([^"]*\)", *T_\(STR\|FN\).*/\2/p' -e 's/^ *STR("\([^"]*\)".*/\1/p' "$ctl")
+names=$(sed -n -e 's/^ *\(FN\|VAR\)("\([^"]*\)", *T_\(STR\|FN\|WRITER\).*/\2/p' -e 's/^ *STR("\([^"]*\)".*/\1/p' "$ctl")
 if [ -z "$names" ]; then
     echo "$0: no string leaves found in $ctl (has the table's form changed?)" >&2
     exit 1

@@ -40,7 +40,8 @@ static const char defaults[] =
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
     "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
     "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
-    "zero_realloc:free,tcache:true,tcache_max:262144,junk:false,zero:false";
+    "zero_realloc:free,tcache:true,tcache_max:262144,junk:false,zero:false,"
+    "prof_recent_alloc_max:0";
 
 static void reset(void)
 {
@@ -79,6 +80,7 @@ static void check_options(void)
     FUZZ_CHECK(opt_lg_prof_interval >= -1 && opt_lg_prof_interval <= 63);
     FUZZ_CHECK(opt_lg_prof_guard_every >= -1 && opt_lg_prof_guard_every <= 63);
     FUZZ_CHECK(opt_prof_peak_pct >= 1 && opt_prof_peak_pct <= 1000);
+    FUZZ_CHECK(opt_prof_recent_alloc_max >= -1);
     FUZZ_CHECK(opt_dirty_decay_ms >= -1 && opt_dirty_decay_ms <= LONG_MAX / 1000000);
     FUZZ_CHECK(pageheap_decay_ms() == opt_dirty_decay_ms);
     /* The caches hold the largest class within tcache_max, up to 8 MiB. */

@@ -63,7 +63,7 @@ void sa_fuzz_free(void *p);
 
 #define LG_SAMPLE 12 /* sample about one allocation per 4 KiB */
 
-enum { S_READ = 1, S_WRITE = 2, S_PATH = 4, S_FN = 8 };
+enum { S_READ = 1, S_WRITE = 2, S_PATH = 4, S_FN = 8, S_WRITER = 16 };
 static const struct {
     const char *name;
     unsigned how;
@@ -71,6 +71,7 @@ static const struct {
     {"config.malloc_conf", S_READ},
     {"experimental.hooks.prof_backtrace", S_FN},
     {"experimental.hooks.prof_dump", S_FN},
+    {"experimental.prof_recent.alloc_dump", S_WRITER},
     {"opt.junk", S_READ},
     {"opt.prof_format", S_READ},
     {"opt.prof_prefix", S_READ},
@@ -239,6 +240,8 @@ static void reset_state(bool maybe_reset)
     dump_fn no_dump_hook = NULL;
     set("experimental.hooks.prof_backtrace", &salloc_walker, sizeof(salloc_walker));
     set("experimental.hooks.prof_dump", &no_dump_hook, sizeof(no_dump_hook));
+    ssize_t no_recent = 0;
+    set("experimental.prof_recent.alloc_max", &no_recent, sizeof(no_recent));
     if (maybe_reset)
         baseline_make();
     fuzz_tmpdir_empty();
@@ -247,6 +250,14 @@ static void reset_state(bool maybe_reset)
 /* ---- one call ---- */
 
 static void stats_cb(void *opaque, const char *s) { *(size_t *)opaque += strlen(s); }
+
+/* What a writer leaf (experimental.prof_recent.alloc_dump) gets: this
+ * callback, counting into a variable of the target's, never raw bytes. */
+static size_t writer_bytes;
+struct writer {
+    void (*write_cb)(void *, const char *);
+    void *cbopaque;
+};
 
 static void check_rc(int rc)
 {
@@ -320,6 +331,10 @@ static bool one_call(struct input *in)
             void (*fn)(void) = hook_value(name, take_byte(in));
             memset(newp, 0, newlen);
             memcpy(newp, &fn, newlen < sizeof(fn) ? newlen : sizeof(fn));
+        } else if (str & S_WRITER) {
+            struct writer w = {stats_cb, &writer_bytes};
+            memset(newp, 0, newlen);
+            memcpy(newp, &w, newlen < sizeof(w) ? newlen : sizeof(w));
         } else if (str & S_WRITE) {
             char *s = take_string(in);
             value = (str & S_PATH) ? in_tmpdir(s) : strdup(s);
