@@ -184,7 +184,9 @@ static void set_lg_tcache_max(intmax_t lg)
 
 /* Sorted by name.  The bounds of dirty_decay_ms keep ms * 1e6 (ns) in a
  * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
- * accepted for jemalloc's sake and ignored (one arena, no muzzy pages).
+ * accepted for jemalloc's sake and ignored (one arena, no muzzy pages);
+ * max_background_threads is clipped to the one thread salloc runs, as
+ * jemalloc clips it to its limit (0 is out of range there too).
  * tcache_max and lg_tcache_max clip at jemalloc's limit (8 MiB, 2^23), as
  * jemalloc does; salloc caches at most its small classes whatever they say. */
 static const struct option options[] = {
@@ -199,6 +201,7 @@ static const struct option options[] = {
     {"lg_prof_interval", K_SIGNED, &opt_lg_prof_interval, -1, 63, NULL, NULL},
     {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL, NULL},
     {"lg_tcache_max", K_CLIP, NULL, 0, 23, set_lg_tcache_max, NULL},
+    {"max_background_threads", K_CLIP, NULL, 1, 1, NULL, NULL},
     {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL, NULL},
     {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL, NULL},
     {"prof", K_BOOL, &opt_prof, 0, 0, NULL, NULL},

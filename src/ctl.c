@@ -709,6 +709,7 @@ static const struct ctl_row table[] = {
     VAR("opt.lg_prof_interval", T_SSIZE, opt_lg_prof_interval),
     VAR("opt.lg_prof_sample", T_SIZE, opt_lg_prof_sample),
     VAR("opt.lg_tcache_max", T_SIZE, opt_lg_tcache_max),
+    CONST("opt.max_background_threads", T_SIZE, 1),
     CONST("opt.muzzy_decay_ms", T_SSIZE, 0),
     CONST("opt.narenas", T_UNSIGNED, 1),
     VAR("opt.prof", T_BOOL, opt_prof),

@@ -68,6 +68,7 @@ static void test_conf_every_key_accepted(void **state)
                            "lg_prof_sample:12,prof_prefix:/tmp/p x,prof_final:true,"
                            "prof_accum:true,lg_prof_interval:30,prof_gdump:true,"
                            "dirty_decay_ms:500,muzzy_decay_ms:0,narenas:8,tcache:true,"
+                           "max_background_threads:1,max_background_threads:64,"
                            "retain:true,abort_conf:false,confirm_conf:false"),
                      0);
     assert_string_equal(out, "");
@@ -157,6 +158,7 @@ static void test_conf_diagnostics(void **state)
         {"lg_prof_sample: 5", "<salloc>: Invalid conf value: lg_prof_sample: 5\n"},
         {"narenas:99999999999999999999999", "<salloc>: Invalid conf value: narenas:99999999999999999999999\n"},
         {"narenas:0", "<salloc>: Out-of-range conf value: narenas:0\n"},
+        {"max_background_threads:0", "<salloc>: Out-of-range conf value: max_background_threads:0\n"},
         {"lg_prof_interval:-2", "<salloc>: Out-of-range conf value: lg_prof_interval:-2\n"},
         {"lg_prof_interval:64", "<salloc>: Out-of-range conf value: lg_prof_interval:64\n"},
         {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},
