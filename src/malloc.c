@@ -85,9 +85,10 @@ static bool fill_new(void *p, size_t usable, bool zero)
 static void fill_freed_small(void *p, unsigned cls)
 {
     size_t size = sizeclass_size(cls);
-    uintptr_t tag = size >= 2 * sizeof(uintptr_t) ? ((uintptr_t *)p)[1] : 0;
+    bool tagged = opt_check && size >= 2 * sizeof(uintptr_t);
+    uintptr_t tag = tagged ? ((uintptr_t *)p)[1] : 0;
     fill_bytes(p, JUNK_FREE, size);
-    if (opt_check && size >= 2 * sizeof(uintptr_t))
+    if (tagged)
         ((uintptr_t *)p)[1] = tag;
 }
 

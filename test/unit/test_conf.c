@@ -61,6 +61,17 @@ static void *thread_cache_enabled(void *arg)
     return NULL;
 }
 
+/* Every value of choice option `key` is accepted and lands in `var`. */
+static void expect_choices(const char *key, const char *const *choices, const char *var)
+{
+    for (; *choices; choices++) {
+        char opts[64];
+        snprintf(opts, sizeof opts, "%s:%s", key, *choices);
+        assert_int_equal(apply(opts), 0);
+        assert_string_equal(var, *choices);
+    }
+}
+
 static void test_conf_every_key_accepted(void **state)
 {
     (void)state;
@@ -83,13 +94,8 @@ static void test_conf_every_key_accepted(void **state)
     assert_true(opt_prof_gdump);
     assert_int_equal(opt_dirty_decay_ms, 500);
     assert_int_equal(pageheap_decay_ms(), 500);
-    for (const char *const *mode = (const char *const[]){"alloc", "abort", "free", NULL}; *mode;
-         mode++) {
-        char opts[32];
-        snprintf(opts, sizeof opts, "zero_realloc:%s", *mode);
-        assert_int_equal(apply(opts), 0);
-        assert_string_equal(opt_zero_realloc, *mode);
-    }
+    expect_choices("zero_realloc", (const char *const[]){"alloc", "abort", "free", NULL},
+                   opt_zero_realloc);
     assert_int_equal(apply("abort:true"), 0);
     assert_true(opt_abort);
     assert_int_equal(apply("tcache:false"), 0);
@@ -103,13 +109,7 @@ static void test_conf_every_key_accepted(void **state)
     assert_int_equal(pthread_create(&t, NULL, thread_cache_enabled, &cached), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_true(cached);
-    for (const char *const *mode = (const char *const[]){"true", "alloc", "free", "false", NULL};
-         *mode; mode++) {
-        char opts[32];
-        snprintf(opts, sizeof opts, "junk:%s", *mode);
-        assert_int_equal(apply(opts), 0);
-        assert_string_equal(opt_junk, *mode);
-    }
+    expect_choices("junk", (const char *const[]){"true", "alloc", "free", "false", NULL}, opt_junk);
     assert_int_equal(apply("zero:true"), 0);
     assert_true(opt_zero);
     assert_int_equal(apply("prof_sys_thread_name:true"), 0);
@@ -129,13 +129,7 @@ static void test_conf_every_key_accepted(void **state)
     assert_string_equal(opt_prof_unwind, "libgcc");
     assert_int_equal(apply("prof_unwind:check,prof_unwind:fast"), 0);
     assert_string_equal(opt_prof_unwind, "fast");
-    for (const char *const *mode = (const char *const[]){"always", "never", "default", "auto", NULL};
-         *mode; mode++) {
-        char opts[32];
-        snprintf(opts, sizeof opts, "thp:%s", *mode);
-        assert_int_equal(apply(opts), 0);
-        assert_string_equal(opt_thp, *mode);
-    }
+    expect_choices("thp", (const char *const[]){"always", "never", "default", "auto", NULL}, opt_thp);
     assert_int_equal(apply(""), 0);
     assert_int_equal(apply(NULL), 0);
     assert_string_equal(out, "");
