@@ -49,11 +49,8 @@
 /* ---- values ---- */
 
 /* T_FN: a function pointer (experimental.hooks.*).  T_WRITER: a write
- * callback and its argument (experimental.prof_recent.alloc_dump). */
-struct ctl_writer {
-    void (*write_cb)(void *, const char *);
-    void *cbopaque;
-};
+ * callback and its argument (experimental.prof_recent.alloc_dump; log.h's
+ * struct outbuf_writer). */
 enum ctl_type { T_VOID, T_BOOL, T_UNSIGNED, T_UINT32, T_SIZE, T_SSIZE, T_UINT64, T_STR, T_FN,
                 T_WRITER };
 static const size_t type_size[] = {
@@ -61,11 +58,11 @@ static const size_t type_size[] = {
     [T_UINT32] = sizeof(uint32_t), [T_SIZE] = sizeof(size_t),
     [T_SSIZE] = sizeof(ssize_t), [T_UINT64] = sizeof(uint64_t),
     [T_STR] = sizeof(const char *), [T_FN] = sizeof(void (*)(void)),
-    [T_WRITER] = sizeof(struct ctl_writer),
+    [T_WRITER] = sizeof(struct outbuf_writer),
 };
 
 union ctl_val {
-    struct ctl_writer w;
+    struct outbuf_writer w;
     bool b;
     unsigned u;
     uint32_t u32;

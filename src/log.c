@@ -169,6 +169,17 @@ bool outbuf_fd_sink(void *ctx, const char *data, size_t len)
     return true;
 }
 
+bool outbuf_writer_sink(void *ctx, const char *data, size_t len)
+{
+    const struct outbuf_writer *w = ctx;
+    if (!w->write_cb) {
+        int fd = 2;
+        return outbuf_fd_sink(&fd, data, len);
+    }
+    w->write_cb(w->cbopaque, data);
+    return true;
+}
+
 static void write_all(const char *s, size_t n)
 {
     while (n) {

@@ -64,6 +64,15 @@ void outbuf_fmt(struct outbuf *o, const char *fmt, ...) __attribute__((format(pr
 bool outbuf_flush(struct outbuf *o);
 /* A sink writing everything to the file descriptor *(int *)ctx. */
 bool outbuf_fd_sink(void *ctx, const char *data, size_t len);
+/* A sink for jemalloc's write callbacks (malloc_stats_print,
+ * experimental.prof_recent.alloc_dump): ctx is a struct outbuf_writer; each
+ * chunk goes to write_cb (NUL-terminated, as outbuf hands it), or to
+ * standard error when write_cb is NULL. */
+struct outbuf_writer {
+    void (*write_cb)(void *, const char *);
+    void *cbopaque;
+};
+bool outbuf_writer_sink(void *ctx, const char *data, size_t len);
 
 /* Checked only when it is cheap or in SA_DEBUG builds; names the file/line. */
 #define SA_ASSERT(cond)                                                        \

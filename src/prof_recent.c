@@ -133,23 +133,6 @@ void prof_recent_release(struct prof_recent **owner, struct prof_stack *free_sta
 
 /* ---- the dump ---- */
 
-/* A sink for outbuf: write_cb, or standard error. */
-struct dump_sink {
-    void (*write_cb)(void *, const char *);
-    void *cbopaque;
-};
-
-static bool to_sink(void *ctx, const char *data, size_t len)
-{
-    struct dump_sink *d = ctx;
-    if (!d->write_cb) {
-        int fd = 2;
-        return outbuf_fd_sink(&fd, data, len);
-    }
-    d->write_cb(d->cbopaque, data); /* outbuf hands it NUL-terminated */
-    return true;
-}
-
 static void put_trace(struct outbuf *o, const char *key, const struct prof_stack *st)
 {
     outbuf_fmt(o, ",\n      \"%s\": [", key);
@@ -208,9 +191,9 @@ bool prof_recent_dump(void (*write_cb)(void *, const char *), void *cbopaque)
     if (!copy)
         return false;
     char buf[2048];
-    struct dump_sink sink = {write_cb, cbopaque};
+    struct outbuf_writer writer = {write_cb, cbopaque};
     struct outbuf o;
-    outbuf_init(&o, buf, sizeof(buf), to_sink, &sink);
+    outbuf_init(&o, buf, sizeof(buf), outbuf_writer_sink, &writer);
     outbuf_fmt(&o, "{\n  \"sample_interval\": %llu,\n  \"recent_alloc_max\": %zd,\n",
                1ull << prof_lg_sample_get(), max);
     outbuf_str(&o, "  \"recent_alloc\": [");

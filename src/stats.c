@@ -27,26 +27,13 @@
 
 struct emitter {
     bool json;
-    void (*write_cb)(void *, const char *);
-    void *opaque;
+    struct outbuf_writer writer; /* the caller's write_cb, or fd 2 */
     int depth;            /* JSON nesting, for indentation */
     bool first;           /* JSON: no comma before the next member */
     struct outbuf out;    /* chunks to write_cb, or to fd 2 */
     char buf[4096];
 };
 
-/* outbuf sink: the caller's write_cb (it wants NUL-terminated chunks, which
- * outbuf provides), else standard error. */
-static bool to_callback(void *ctx, const char *data, size_t len)
-{
-    struct emitter *e = ctx;
-    if (!e->write_cb) {
-        int fd = 2;
-        return outbuf_fd_sink(&fd, data, len);
-    }
-    e->write_cb(e->opaque, data);
-    return true;
-}
 
 static void out(struct emitter *e, const char *s, size_t n) { outbuf_bytes(&e->out, s, n); }
 static void outs(struct emitter *e, const char *s) { outbuf_str(&e->out, s); }
@@ -386,8 +373,8 @@ SA_EXPORT void malloc_stats_print(void (*write_cb)(void *, const char *), void *
                                   const char *opts)
 {
     int saved = errno;
-    struct emitter e = {.write_cb = write_cb, .opaque = cbopaque, .first = true};
-    outbuf_init(&e.out, e.buf, sizeof(e.buf), to_callback, &e);
+    struct emitter e = {.writer = {write_cb, cbopaque}, .first = true};
+    outbuf_init(&e.out, e.buf, sizeof(e.buf), outbuf_writer_sink, &e.writer);
     bool show_general = true, show_arena = true, show_bins = true;
     for (const char *o = opts; o && *o; o++) {
         switch (*o) {
