@@ -165,6 +165,8 @@ static const char *const unwinders[] = {"fast", "libgcc", "check", NULL};
 static const char *const thp_modes[] = {"auto", "always", "never", "default", NULL};
 static const char *const zero_realloc_modes[] = {"free", "alloc", "abort", NULL};
 static const char *const junk_modes[] = {"true", "false", "alloc", "free", NULL};
+static const char *const metadata_thp_modes[] = {"disabled", "auto", "always", NULL};
+static const char *const percpu_arena_modes[] = {"disabled", "percpu", "phycpu", NULL};
 /* malloc_stats_print's letters (jemalloc's; salloc has nothing of its own
  * to leave out for m, d, l, x, e and h). */
 static const char *const stats_letters[] = {"Jgmdablxeh", NULL};
@@ -183,8 +185,11 @@ static void set_lg_tcache_max(intmax_t lg)
 }
 
 /* Sorted by name.  The bounds of dirty_decay_ms keep ms * 1e6 (ns) in a
- * long; lg_prof_sample's 62 is prof.h's; narenas and muzzy_decay_ms are
- * accepted for jemalloc's sake and ignored (one arena, no muzzy pages);
+ * long; lg_prof_sample's 62 is prof.h's; narenas, percpu_arena,
+ * oversize_threshold, muzzy_decay_ms and metadata_thp are accepted for
+ * jemalloc's sake and ignored (one arena, so none per CPU and none for
+ * oversize requests; no muzzy pages; metadata is never advised huge);
+ * oversize_threshold clips at PTRDIFF_MAX, about jemalloc's largest size;
  * max_background_threads is clipped to the one thread salloc runs, as
  * jemalloc clips it to its limit (0 is out of range there too).
  * tcache_max and lg_tcache_max clip at jemalloc's limit (8 MiB, 2^23), as
@@ -202,8 +207,11 @@ static const struct option options[] = {
     {"lg_prof_sample", K_CLIP, &opt_lg_prof_sample, 0, 62, NULL, NULL},
     {"lg_tcache_max", K_CLIP, NULL, 0, 23, set_lg_tcache_max, NULL},
     {"max_background_threads", K_CLIP, NULL, 1, 1, NULL, NULL},
+    {"metadata_thp", K_CHOICE, NULL, 0, 0, NULL, metadata_thp_modes},
     {"muzzy_decay_ms", K_SIGNED, NULL, -1, SSIZE_MAX, NULL, NULL},
     {"narenas", K_UNSIGNED, NULL, 1, UINT_MAX, NULL, NULL},
+    {"oversize_threshold", K_CLIP, NULL, 0, PTRDIFF_MAX, NULL, NULL},
+    {"percpu_arena", K_CHOICE, NULL, 0, 0, NULL, percpu_arena_modes},
     {"prof", K_BOOL, &opt_prof, 0, 0, NULL, NULL},
     {"prof_accum", K_BOOL, &opt_prof_accum, 0, 0, NULL, NULL},
     {"prof_active", K_BOOL, &opt_prof_active, 0, 0, NULL, NULL},
@@ -254,8 +262,10 @@ static enum verdict set_option(const struct option *o, const char *v, size_t len
     case K_CHOICE:
         for (const char *const *c = o->choices; *c; c++)
             if (strlen(*c) == len && !memcmp(*c, v, len)) {
-                memcpy(o->var, v, len);
-                ((char *)o->var)[len] = '\0';
+                if (o->var) {
+                    memcpy(o->var, v, len);
+                    ((char *)o->var)[len] = '\0';
+                }
                 return V_OK;
             }
         return V_INVALID;

@@ -651,6 +651,21 @@ static int ctl_background_thread(const struct ctl_ctx *cx, union ctl_val *old,
     return new && background_set(new->b) != 0 ? EFAULT : 0;
 }
 
+/* max_background_threads: salloc runs its one background thread or none
+ * (background_thread), so 1 is the only value; more is EINVAL, as jemalloc
+ * answers a value above opt.max_background_threads, and so is 0, which
+ * the option refuses too (the thread is turned off with background_thread). */
+static int ctl_max_background_threads(const struct ctl_ctx *cx, union ctl_val *old,
+                                      const union ctl_val *new)
+{
+    (void)cx;
+    if (new && new->z != 1)
+        return EINVAL;
+    if (old)
+        old->z = 1;
+    return 0;
+}
+
 /* ---- the table: sorted by name (ctl_table_ok), one row per name ---- */
 
 #define VAR(n, t, v) {n, t, A_R, ctl_var, &(v), 0, 0}
@@ -680,7 +695,7 @@ static const struct ctl_row table[] = {
     FN("background_thread", T_BOOL, A_RW, ctl_background_thread, 0),
     CONST("config.cache_oblivious", T_BOOL, 0),
     CONST("config.debug", T_BOOL, SA_DEBUG_BUILD),
-    CONST("config.fill", T_BOOL, 0),
+    CONST("config.fill", T_BOOL, 1),             /* junk and zero */
     CONST("config.lazy_lock", T_BOOL, 0),
     STR("config.malloc_conf", ""),
     CONST("config.opt_safety_checks", T_BOOL, 1), /* free() always checks its pointer */
@@ -695,6 +710,7 @@ static const struct ctl_row table[] = {
     FN("experimental.hooks.prof_dump", T_FN, A_RW, ctl_hook_prof_dump, G_PROF_WRITE),
     FN("experimental.prof_recent.alloc_dump", T_WRITER, A_W, ctl_recent_dump, G_PROF_ALL),
     FN("experimental.prof_recent.alloc_max", T_SSIZE, A_RW, ctl_recent_max, G_PROF_ALL),
+    FN("max_background_threads", T_SIZE, A_RW, ctl_max_background_threads, 0),
     VAR("opt.abort", T_BOOL, opt_abort),
     VAR("opt.abort_conf", T_BOOL, opt_abort_conf),
     VAR("opt.background_thread", T_BOOL, opt_background_thread),
@@ -707,8 +723,11 @@ static const struct ctl_row table[] = {
     VAR("opt.lg_prof_sample", T_SIZE, opt_lg_prof_sample),
     VAR("opt.lg_tcache_max", T_SIZE, opt_lg_tcache_max),
     CONST("opt.max_background_threads", T_SIZE, 1),
+    STR("opt.metadata_thp", "disabled"),   /* metadata is never advised huge */
     CONST("opt.muzzy_decay_ms", T_SSIZE, 0),
     CONST("opt.narenas", T_UNSIGNED, 1),
+    CONST("opt.oversize_threshold", T_SIZE, 0), /* jemalloc's 0: no oversize arena */
+    STR("opt.percpu_arena", "disabled"),    /* one arena, none per CPU */
     VAR("opt.prof", T_BOOL, opt_prof),
     VAR("opt.prof_accum", T_BOOL, opt_prof_accum),
     VAR("opt.prof_active", T_BOOL, opt_prof_active),

@@ -214,18 +214,27 @@ static void general(struct emitter *e)
         item(e, config[i], V_BOOL);
     obj_end(e);
 
+    /* Every opt.* leaf, in jemalloc's order and then salloc's own
+     * (test_ctl checks each option of salloc(3) is here). */
     static const struct { const char *name; enum vtype t; } opts[] = {
         {"opt.abort", V_BOOL}, {"opt.abort_conf", V_BOOL}, {"opt.confirm_conf", V_BOOL},
-        {"opt.narenas", V_UNSIGNED}, {"opt.tcache", V_BOOL}, {"opt.retain", V_BOOL},
+        {"opt.retain", V_BOOL}, {"opt.narenas", V_UNSIGNED}, {"opt.percpu_arena", V_STR},
+        {"opt.oversize_threshold", V_SIZE}, {"opt.metadata_thp", V_STR},
+        {"opt.background_thread", V_BOOL}, {"opt.max_background_threads", V_SIZE},
         {"opt.dirty_decay_ms", V_SSIZE}, {"opt.muzzy_decay_ms", V_SSIZE},
+        {"opt.junk", V_STR}, {"opt.zero", V_BOOL}, {"opt.tcache", V_BOOL},
+        {"opt.tcache_max", V_SIZE}, {"opt.lg_tcache_max", V_SIZE}, {"opt.thp", V_STR},
         {"opt.prof", V_BOOL}, {"opt.prof_prefix", V_STR}, {"opt.prof_active", V_BOOL},
         {"opt.prof_thread_active_init", V_BOOL}, {"opt.lg_prof_sample", V_SIZE},
         {"opt.prof_accum", V_BOOL}, {"opt.lg_prof_interval", V_SSIZE},
         {"opt.prof_gdump", V_BOOL}, {"opt.prof_final", V_BOOL},
         {"opt.prof_leak", V_BOOL}, {"opt.prof_leak_error", V_BOOL},
-        {"opt.prof_sys_thread_name", V_BOOL},
+        {"opt.prof_recent_alloc_max", V_SSIZE}, {"opt.prof_sys_thread_name", V_BOOL},
         {"opt.stats_print", V_BOOL}, {"opt.stats_print_opts", V_STR},
         {"opt.zero_realloc", V_STR},
+        {"opt.check", V_BOOL}, {"opt.prof_format", V_STR}, {"opt.prof_unwind", V_STR},
+        {"opt.prof_final_peak", V_BOOL}, {"opt.prof_peak_pct", V_SIZE},
+        {"opt.prof_guard", V_BOOL}, {"opt.lg_prof_guard_every", V_SSIZE},
     };
     obj_begin(e, "opt", "Run-time option settings");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)

@@ -73,6 +73,8 @@ static const struct {
     {"experimental.hooks.prof_dump", S_FN},
     {"experimental.prof_recent.alloc_dump", S_WRITER},
     {"opt.junk", S_READ},
+    {"opt.metadata_thp", S_READ},
+    {"opt.percpu_arena", S_READ},
     {"opt.prof_format", S_READ},
     {"opt.prof_prefix", S_READ},
     {"opt.prof_unwind", S_READ},

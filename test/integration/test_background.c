@@ -295,6 +295,17 @@ static int scenario_toggle(void)
     check(write_bool("background_thread", true) == 0, "a second start changes nothing");
     check(threads_named("salloc_bg", NULL) == 1, "still one thread");
 
+    /* max_background_threads: 1, the one thread salloc runs; any other
+     * value is refused and changes nothing. */
+    size_t max = 0, len = sizeof max, one = 1, other[] = {0, 2, 64};
+    check(m("max_background_threads", &max, &len, NULL, 0) == 0 && max == 1, "max reads 1");
+    check(m("max_background_threads", NULL, NULL, &one, sizeof one) == 0, "max: 1 accepted");
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        check(m("max_background_threads", NULL, NULL, &other[i], sizeof other[i]) == EINVAL,
+              "max: other values refused");
+    check(read_bool("background_thread") && threads_named("salloc_bg", NULL) == 1,
+          "still one thread after max_background_threads");
+
     /* It runs every decay step (10 ms at least): 80 ms decay -> 10 ms.
      * Set while it sleeps out the default's 1 s step: the change wakes it,
      * so 5 runs come within 700 ms, polled (50 ms when not starved), long

@@ -80,6 +80,10 @@ static void test_conf_every_key_accepted(void **state)
                            "prof_accum:true,lg_prof_interval:30,prof_gdump:true,"
                            "dirty_decay_ms:500,muzzy_decay_ms:0,narenas:8,tcache:true,"
                            "max_background_threads:1,max_background_threads:64,"
+                           "percpu_arena:percpu,percpu_arena:phycpu,percpu_arena:disabled,"
+                           "metadata_thp:auto,metadata_thp:always,metadata_thp:disabled,"
+                           "oversize_threshold:0,oversize_threshold:8388608,"
+                           "oversize_threshold:18446744073709551615,"
                            "retain:true,abort_conf:false,confirm_conf:false"),
                      0);
     assert_string_equal(out, "");
@@ -153,6 +157,10 @@ static void test_conf_diagnostics(void **state)
         {"narenas:99999999999999999999999", "<salloc>: Invalid conf value: narenas:99999999999999999999999\n"},
         {"narenas:0", "<salloc>: Out-of-range conf value: narenas:0\n"},
         {"max_background_threads:0", "<salloc>: Out-of-range conf value: max_background_threads:0\n"},
+        {"percpu_arena:percore", "<salloc>: Invalid conf value: percpu_arena:percore\n"},
+        {"metadata_thp:true", "<salloc>: Invalid conf value: metadata_thp:true\n"},
+        {"oversize_threshold:-1", "<salloc>: Invalid conf value: oversize_threshold:-1\n"},
+        {"oversize_threshold:8M", "<salloc>: Invalid conf value: oversize_threshold:8M\n"},
         {"lg_prof_interval:-2", "<salloc>: Out-of-range conf value: lg_prof_interval:-2\n"},
         {"lg_prof_interval:64", "<salloc>: Out-of-range conf value: lg_prof_interval:64\n"},
         {"dirty_decay_ms:-2", "<salloc>: Out-of-range conf value: dirty_decay_ms:-2\n"},

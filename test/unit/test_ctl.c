@@ -62,7 +62,7 @@ static void test_ctl_reads(void **state)
     assert_string_equal(v, "");
     assert_true(read_b("config.prof"));
     assert_true(read_b("config.stats"));
-    assert_false(read_b("config.fill"));
+    assert_true(read_b("config.fill")); /* junk and zero */
     assert_true(read_b("opt.tcache"));
     assert_true(read_b("opt.retain"));
     assert_int_equal(mallctl("opt.thp", &v, &len, NULL, 0), 0);
@@ -84,6 +84,12 @@ static void test_ctl_reads(void **state)
     len = sizeof(z);
     assert_int_equal(mallctl("opt.muzzy_decay_ms", &z, &len, NULL, 0), 0);
     assert_int_equal(z, 0);
+    assert_int_equal(read_z("opt.oversize_threshold"), 0);
+    len = sizeof(v);
+    assert_int_equal(mallctl("opt.percpu_arena", &v, &len, NULL, 0), 0);
+    assert_string_equal(v, "disabled");
+    assert_int_equal(mallctl("opt.metadata_thp", &v, &len, NULL, 0), 0);
+    assert_string_equal(v, "disabled");
     /* jemalloc's bin i is salloc's class i + 1. */
     assert_int_equal(read_z("arenas.bin.0.size"), sizeclass_size(1));
     assert_int_equal(read_z("arenas.bin.3.size"), sizeclass_size(4));
@@ -800,7 +806,9 @@ static void test_ctl_stats_print_json(void **state)
 /* Each option of salloc(3)'s TUNING reads back as opt.<name> with the
  * type the page gives it (man/salloc.3: ".BR name \" (type, ...)\""), so
  * a program that reads it with that type gets it, not EINVAL.
- * prof_peak_pct said unsigned and was a size_t. */
+ * prof_peak_pct said unsigned and was a size_t.  Each is in
+ * malloc_stats_print's settings too (junk, tcache_max and eleven more were
+ * missing). */
 static void test_ctl_opt_types_match_the_man_page(void **state)
 {
     (void)state;
@@ -812,6 +820,8 @@ static void test_ctl_opt_types_match_the_man_page(void **state)
         {"size_t", sizeof(size_t)},      {"unsigned", sizeof(unsigned)},
         {"string", sizeof(const char *)}, {"const char *", sizeof(const char *)},
     };
+    memset(&cap, 0, sizeof(cap));
+    malloc_stats_print(capture_cb, &cap, NULL);
     char line[512];
     bool tuning = false;
     int checked = 0;
@@ -831,6 +841,10 @@ static void test_ctl_opt_types_match_the_man_page(void **state)
             if (mallctl(opt, buf, &len, NULL, 0) != 0)
                 fail_msg("%s, %s in salloc(3), does not read as %zu bytes", opt, type,
                          types[i].size);
+            char printed[96];
+            snprintf(printed, sizeof(printed), "\n  %s: ", opt);
+            if (!strstr(cap.buf, printed))
+                fail_msg("%s is not in malloc_stats_print's settings", opt);
             checked++;
         }
     }
