@@ -44,6 +44,7 @@
 #include "sizeclass.h"
 #include "stack.h"
 #include "tcache.h"
+#include "thread_peak.h"
 #include "util.h"
 
 /* ---- values ---- */
@@ -515,6 +516,27 @@ static int ctl_thread_deallocated(const struct ctl_ctx *cx, union ctl_val *old,
     return 0;
 }
 
+/* thread.peak.read and .reset (thread_peak.h); a thread that can have no
+ * cache (at exit, or ENOMEM) allocates nothing: 0, and nothing to reset. */
+static int ctl_thread_peak_read(const struct ctl_ctx *cx, union ctl_val *old,
+                                const union ctl_val *new)
+{
+    (void)cx, (void)new;
+    struct tcache *tc = init_current_cache();
+    old->u64 = tc ? thread_peak_read(tc) : 0;
+    return 0;
+}
+
+static int ctl_thread_peak_reset(const struct ctl_ctx *cx, union ctl_val *old,
+                                 const union ctl_val *new)
+{
+    (void)cx, (void)old, (void)new;
+    struct tcache *tc = init_current_cache();
+    if (tc)
+        thread_peak_reset(tc);
+    return 0;
+}
+
 static int ctl_thread_arena(const struct ctl_ctx *cx, union ctl_val *old, const union ctl_val *new)
 {
     (void)cx;
@@ -811,6 +833,8 @@ static const struct ctl_row table[] = {
     FN("thread.arena", T_UNSIGNED, A_RW, ctl_thread_arena, 0),
     FN("thread.deallocated", T_UINT64, A_R, ctl_thread_deallocated, 0),
     FN("thread.idle", T_VOID, A_NONE, ctl_thread_idle, 0),
+    FN("thread.peak.read", T_UINT64, A_R, ctl_thread_peak_read, 0),
+    FN("thread.peak.reset", T_VOID, A_NONE, ctl_thread_peak_reset, 0),
     FN("thread.prof.active", T_BOOL, A_RW, ctl_thread_prof_active, G_PROF_WRITE),
     FN("thread.prof.name", T_STR, A_RX, ctl_thread_prof_name, G_PROF_ALL),
     FN("thread.tcache.enabled", T_BOOL, A_RW, ctl_tcache_enabled, 0),

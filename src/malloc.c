@@ -247,7 +247,7 @@ SA_SLOW_PATH static void *alloc_slow(size_t size, size_t align, bool *zeroed)
         return NULL;
     }
     struct tcache *tc = init_thread_cache();
-    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
+    uint64_t rate = tc ? sampler_account(tc, r.usable, r.usable) : 0;
     /* Read only if sampled (rate): not zeroed first, which in this cold
      * (size-optimised) function was a `rep stos`, 30-odd cycles on every
      * refill and sample. */
@@ -274,7 +274,7 @@ SA_SLOW_PATH void *malloc_sample_due(size_t size)
         return alloc_slow(size, 1, NULL);
     struct tcache *tc = tcache_get();
     struct tcache_bin *bin = &tc->bins[small_class_of(size)];
-    uint64_t rate = sampler_account(tc, bin->size);
+    uint64_t rate = sampler_account(tc, bin->size, bin->size);
     if (likely(rate == 0)) /* a check-in, or a chunk of a long interval */
         return tcache_bin_pop(bin);
     struct unwind_from from = UNWIND_FROM_HERE();
@@ -558,7 +558,7 @@ static bool resize_large_counted(struct tcache *tc, struct span *large, size_t o
     if (unlikely(alloc_fill != NO_FILL) && usable > old) /* the growth, new */
         fill_new((char *)large->start + old, usable - old, false);
     size_t charge = usable >= old ? usable - old : usable;
-    uint64_t rate = tc && charge ? sampler_account(tc, charge) : 0;
+    uint64_t rate = tc && charge ? sampler_account(tc, charge, usable >= old ? charge : 0) : 0;
     if (usable < old && large->sample)
         prof_unsample_span(large); /* decided afresh below */
     if (usable > old && large->sample)
@@ -619,7 +619,7 @@ SA_SLOW_PATH static void *realloc_slow(void *p, size_t n, unsigned cls)
         if (want > n)
             growth_request(want, &r);
     }
-    uint64_t rate = tc ? sampler_account(tc, r.usable) : 0;
+    uint64_t rate = tc ? sampler_account(tc, r.usable, r.usable) : 0;
     void *q = alloc_decided(tc, &r, 1, rate, NULL, &from);
     if (!q)
         return NULL; /* errno is ENOMEM; p is untouched */

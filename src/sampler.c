@@ -8,6 +8,7 @@
 #include "fmath.h"
 #include "os.h"
 #include "tcache.h"
+#include "thread_peak.h"
 
 /* The rate's lg in the low byte, "sampling on" in CONF_ON: one word, each
  * setter changing only its own part with a compare-and-swap, so that
@@ -125,12 +126,26 @@ void sampler_never_sample(void)
         checkin = NEVER_CHECKIN;
 }
 
-/* Puts `left` bytes of interval in place: at most `checkin` visible to the
- * fast path, the rest in carry. */
+/* The thread's window: `checkin`, or its own if that is shorter. */
+static int64_t window_of(const struct tcache *tc)
+{
+    int64_t own = tc->prof.peak_window;
+    return own && own < checkin ? own : checkin;
+}
+
+/* Puts `left` bytes of interval in place: at most the window visible to
+ * the fast path, the rest in carry. */
 static void set_remaining(struct tcache *tc, int64_t left)
 {
-    tc->bytes_until_sample = left < checkin ? left : checkin;
+    int64_t window = window_of(tc);
+    tc->bytes_until_sample = left < window ? left : window;
     tc->prof.carry = left - tc->bytes_until_sample;
+}
+
+void sampler_set_window(struct tcache *tc, int64_t window)
+{
+    tc->prof.peak_window = window;
+    set_remaining(tc, remaining(tc));
 }
 
 /* Starts a new interval (or, with sampling off, a check-in distance),
@@ -181,12 +196,14 @@ void sampler_thread_init(struct tcache *tc)
     sampler_refresh(tc);
 }
 
-uint64_t sampler_account(struct tcache *tc, size_t usable)
+uint64_t sampler_account(struct tcache *tc, size_t usable, size_t gain)
 {
     sampler_refresh(tc);
     tc->bytes_until_sample -= (int64_t)usable;
     if (tc->bytes_until_sample >= 0)
         return 0;
+    if (unlikely(tc->prof.peak_window)) /* a window's end: the peak looks */
+        thread_peak_observe(tc, gain);
     int64_t left = remaining(tc);
     uint64_t rate = tc->prof.rate;
     if (left >= 0 && rate) { /* a chunk boundary, not the interval's end */

@@ -56,12 +56,21 @@ void sampler_check_every_allocation(void);
  * cache exists; opt.check's window of 0 still wins. */
 void sampler_never_sample(void);
 
+/* A window of `window` bytes for this thread alone, applied now (0: back
+ * to the global one): its slow path is visited at least that often, and
+ * thread_peak_observe() runs at each visit (thread_peak.h).  The window
+ * only splits the interval, so sampling is unchanged. */
+void sampler_set_window(struct tcache *tc, int64_t window);
+
 /* A new cache: seed its PRNG and draw its first interval. */
 void sampler_thread_init(struct tcache *tc);
 
-/* Slow-path accounting of one allocation of `usable` bytes.  Returns the
- * rate R at which it must be sampled, or 0 if it is not sampled. */
-uint64_t sampler_account(struct tcache *tc, size_t usable);
+/* Slow-path accounting of one allocation of `usable` bytes, which adds
+ * `gain` bytes to the thread's allocated-minus-freed once done (usable;
+ * for a large block resized in place, its growth, or 0 if it shrank).
+ * Returns the rate R at which it must be sampled, or 0 if it is not
+ * sampled. */
+uint64_t sampler_account(struct tcache *tc, size_t usable, size_t gain);
 
 /* Applies a pending rate or activity change to this thread, if any. */
 void sampler_refresh(struct tcache *tc);

@@ -135,6 +135,11 @@ struct tcache_prof {
     /* While a prof_backtrace hook runs for a sample: where salloc's own
      * walk would start (prof_default_backtrace); NULL otherwise. */
     const struct unwind_from *hook_from;
+    /* thread.peak (thread_peak.h): the sampler's window for this thread
+     * (0: the global one, peak not tracked), the difference at the last
+     * reset, and the highest seen since, less that base (at least 0). */
+    int64_t peak_window;
+    int64_t peak_base, peak_max;
 };
 
 /* Objects freed by this thread that belong to another thread's spans, on

@@ -1,0 +1,44 @@
+/*
+ * thread_peak.c: a thread's high-water mark of allocated minus deallocated
+ * bytes (see thread_peak.h).  Runs on the thread itself, in malloc's slow
+ * path or in mallctl: no lock, no allocation.
+ */
+#include "thread_peak.h"
+
+#include "sampler.h"
+#include "tcache.h"
+
+/* Allocated minus deallocated, now: thread.deallocated is thread.allocated
+ * + cached bytes + the adjustment (tcache_deallocated), modulo 2^64. */
+static int64_t live_difference(const struct tcache *tc)
+{
+    return (int64_t)(0 - (tcache_cached_bytes(tc) + tc->dealloc_adjust));
+}
+
+void thread_peak_observe(struct tcache *tc, size_t gain)
+{
+    int64_t seen = live_difference(tc) + (int64_t)gain - tc->prof.peak_base;
+    if (seen > tc->prof.peak_max)
+        tc->prof.peak_max = seen;
+}
+
+/* From now on the thread looks every THREAD_PEAK_WINDOW bytes. */
+static void start_tracking(struct tcache *tc)
+{
+    if (!tc->prof.peak_window)
+        sampler_set_window(tc, THREAD_PEAK_WINDOW);
+}
+
+uint64_t thread_peak_read(struct tcache *tc)
+{
+    start_tracking(tc);
+    thread_peak_observe(tc, 0);
+    return (uint64_t)tc->prof.peak_max;
+}
+
+void thread_peak_reset(struct tcache *tc)
+{
+    start_tracking(tc);
+    tc->prof.peak_base = live_difference(tc);
+    tc->prof.peak_max = 0;
+}
