@@ -37,10 +37,23 @@ LIBSALLOC = os.path.join(ROOT, "lib", "libsalloc.so")
 
 
 def reset(target):
+    """Empties a target's corpus but for its seeds made by hand (HAND_MADE)."""
     d = os.path.join(CORPUS, target)
+    kept = {}
+    for name in HAND_MADE.get(target, ()):
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                kept[name] = f.read()
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
+    for name, data in kept.items():
+        put(d, name, data)
     return d
+
+
+# Seeds written by hand, not by this script: kept as they are.
+HAND_MADE = {"fuzz_mallctl": ["hooks_set_sample_dump"]}
 
 
 def put(d, name, data):
@@ -97,7 +110,10 @@ MALLCTL, MIB, RAW, STATS = 0, 1, 2, 3
 OLDP, OLDLENP, NEWP, NULLSTR, ALLOC = 8, 16, 32, 64, 128
 CTL_MIB_NAMED = 1 << 62
 SIZES = {"T_VOID": 0, "T_BOOL": 1, "T_UNSIGNED": 4, "T_UINT32": 4, "T_SIZE": 8,
-         "T_SSIZE": 8, "T_UINT64": 8, "T_STR": 8}
+         "T_SSIZE": 8, "T_UINT64": 8, "T_STR": 8, "T_FN": 8, "T_WRITER": 16}
+# Written by fuzz_mallctl.c's own cases (strings[]: S_FN, S_WRITER), never
+# with raw bytes: a hook set to 1 would be called.
+NO_RAW_WRITE = ("T_FN", "T_WRITER")
 
 
 def rec(mode, oldlen, newlen, aux, name, rest=b""):
@@ -111,7 +127,8 @@ def ctl_table():
         text = f.read()
     body = text[text.index("static const struct ctl_row table[]"):]
     body = body[:body.index("};")]
-    for m in re.finditer(r'^\s*(FN|VAR|CONST|STR|STAT|BINSTAT)\("([^"]+)"(.*)\),\s*$', body, re.M):
+    for m in re.finditer(r'^\s*(FN|VAR|CONST|STR|STAT|STAT64|STATU|BINSTAT|BINSTAT64)\("([^"]+)"(.*)\),',
+                         body, re.M):
         kind, name, rest = m.groups()
         args = [a.strip() for a in rest.split(",")[1:]]
         if kind == "FN":
@@ -120,6 +137,10 @@ def ctl_table():
             typ, acc = args[0], "A_R"
         elif kind == "STR":
             typ, acc = "T_STR", "A_R"
+        elif kind in ("STAT64", "BINSTAT64"):
+            typ, acc = "T_UINT64", "A_R"
+        elif kind == "STATU":
+            typ, acc = "T_UNSIGNED", "A_R"
         else:
             typ, acc = "T_SIZE", "A_R"
         rows.append((name, typ, acc))
@@ -165,7 +186,7 @@ def mallctl():
         if acc in ("A_R", "A_RW", "A_RX"):
             calls.append(rec(MALLCTL | OLDP | OLDLENP, size, 0, 0, n))
             calls.append(rec(MIB | OLDP | OLDLENP, size, 0, 8, n))
-        if acc in ("A_RW", "A_W", "A_RX"):
+        if acc in ("A_RW", "A_W", "A_RX") and typ not in NO_RAW_WRITE:
             calls.append(rec(MALLCTL | NEWP, 0, size, 0, n, value(name, typ)))
         if acc == "A_NONE":
             calls.append(rec(MALLCTL, 0, 0, 0, n))
