@@ -170,7 +170,10 @@ def mallctl_dict(rows):
     with open(os.path.join(ROOT, "test", "fuzz", "fuzz_mallctl.dict"), "w") as f:
         f.write("# libFuzzer dictionary for fuzz_mallctl: the components of src/ctl.c's names\n"
                 "# (written by make_corpus.py), special indices, dump suffixes, stats options\n")
-        for w in words + [".", ".0.", "4096", "4097", ".heap", ".pb", ".pb.gz", "J", "gab"]:
+        # Whole names too for the hooks: the harness writes a function only
+        # to a leaf it recognises by name (fuzz_mallctl.c, strings[]).
+        hooks = [name for name, typ, _ in rows if typ == "T_FN"]
+        for w in words + hooks + [".", ".0.", "4096", "4097", ".heap", ".pb", ".pb.gz", "J", "gab"]:
             f.write('"%s"\n' % w)
 
 
