@@ -570,9 +570,16 @@ size_t tcache_cached_bytes(const struct tcache *tc)
     return bytes;
 }
 
+/* Modulo 2^64, as the counts: deallocated = allocated + cached bytes +
+ * the adjustment (tcache.h). */
+int64_t tcache_live_difference(const struct tcache *tc)
+{
+    return (int64_t)(0 - (tcache_cached_bytes(tc) + tc->dealloc_adjust));
+}
+
 uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated)
 {
-    return allocated + tcache_cached_bytes(tc) + tc->dealloc_adjust;
+    return allocated - (uint64_t)tcache_live_difference(tc);
 }
 
 /* The cache's event count as a class's stamp, and the events since one

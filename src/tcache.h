@@ -338,6 +338,9 @@ unsigned tcache_live_count(void);
 
 /* Bytes of free objects in `tc`. */
 size_t tcache_cached_bytes(const struct tcache *tc);
+/* thread.allocated minus thread.deallocated of `tc`'s thread: what it
+ * allocated and has not freed (negative if it freed others' blocks). */
+int64_t tcache_live_difference(const struct tcache *tc);
 /* thread.deallocated of `tc`'s thread, given its thread.allocated. */
 uint64_t tcache_deallocated(const struct tcache *tc, uint64_t allocated);
 /* Bytes cached by all threads, their inboxes' included (stats). */
