@@ -366,10 +366,10 @@ struct run {
 
 /* Under the lock: the run's objects are back in its span's bits; now its
  * counts and lists. */
-static void return_run(struct central *c, const struct run *r)
+static void return_run(struct central *c, struct run r)
 {
-    struct span *s = r->span;
-    s->allocated = (uint16_t)(s->allocated - r->len);
+    struct span *s = r.span;
+    s->allocated = (uint16_t)(s->allocated - r.len);
     if (!s->on_list)
         partial_push(c, s);
     if (s->allocated == 0)
@@ -384,13 +384,46 @@ static void __attribute__((noreturn, cold)) freed_twice(const void *obj, unsigne
              sizeclass_size(cls), obj);
 }
 
-/* ceil(2^32 / size): (off * it) >> 32 is off / size for any multiple off
- * of size below 2^32 (the error, off * (size * it - 2^32) / size / 2^32,
- * stays below 1). */
-static uint64_t index_multiplier(size_t size) { return (((uint64_t)1 << 32) + size - 1) / size; }
+/* What putting objects of one class back into their spans needs, worked
+ * out once a batch: not once a group, where the division of the objects
+ * per span was one a group, and its latency on the group's first look-up. */
+struct returning {
+    struct central *c;
+    unsigned cls;
+    /* ceil(2^32 / size): (off * mul) >> 32 is off / size for any multiple
+     * off of size below 2^32 (the error, off * (size * mul - 2^32) / size
+     * / 2^32, stays below 1). */
+    uint64_t mul;
+    /* The record's bytes up to the end of its bits, which a group
+     * prefetches: the first line only, but for classes below 128 bytes
+     * (over 64 objects a span). */
+    size_t bits_end;
+    struct run run; /* the run still open from the group before */
+};
 
-/* Under the lock: `k` (<= RETURN_GROUP) objects of a batch back into
- * their spans' bits, `r` the run still open from the group before.
+static struct returning returning_start(struct central *c, unsigned cls)
+{
+    size_t size = sizeclass_size(cls);
+    return (struct returning){
+        .c = c,
+        .cls = cls,
+        .mul = (((uint64_t)1 << 32) + size - 1) / size,
+        .bits_end = offsetof(struct span, free_bits) + free_words(sizeclass_objects(cls)) * 8,
+    };
+}
+
+/* The span record of `obj`, its lines up to the end of its bits
+ * prefetched for writing. */
+static struct span *span_prefetched(const void *obj, size_t bits_end)
+{
+    struct span *s = pagemap_span(obj);
+    for (size_t line = 0; line < bits_end; line += SA_CACHELINE)
+        __builtin_prefetch((char *)s + line, 1);
+    return s;
+}
+
+/* Under the lock: `k` (1 <= k <= RETURN_GROUP) objects of a batch back
+ * into their spans' bits.
  *
  * Objects of one span often lie next to each other in a batch (freed in
  * the order they were allocated; a consumer's remote frees of what a
@@ -404,53 +437,58 @@ static uint64_t index_multiplier(size_t size) { return (((uint64_t)1 << 32) + si
  * are cold, and that wait was 10.7% of phase's profile (perf, 300,000
  * objects a build), 5.3% grouped.  A run's span keeps its record while the
  * run is open across groups: the run's objects are still counted out of
- * it. */
+ * it.  The open run is kept in locals, not in `rt`: written through the
+ * pointer, its span was loaded and its length stored again for every
+ * object (the compiler cannot tell `rt` from the bits being written). */
 #define RETURN_GROUP 32
 
-static void return_group(struct central *c, unsigned cls, uint64_t mul, struct run *r,
-                         void *const *objs, unsigned k)
+static void return_group(struct returning *rt, void *const *objs, unsigned k)
 {
     struct span *spans[RETURN_GROUP];
-    /* The record's lines up to the end of its bits: the first line only,
-     * but for classes below 128 bytes (over 64 objects a span). */
-    size_t bits_end = offsetof(struct span, free_bits) + free_words(sizeclass_objects(cls)) * 8;
-    for (unsigned i = 0; i < k; i++) {
-        if (i && ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0) {
-            spans[i] = spans[i - 1];
-        } else {
-            spans[i] = pagemap_span(objs[i]);
-            for (size_t line = 0; line < bits_end; line += SA_CACHELINE)
-                __builtin_prefetch((char *)spans[i] + line, 1);
-        }
-    }
+    size_t bits_end = rt->bits_end;
+    spans[0] = span_prefetched(objs[0], bits_end);
+    for (unsigned i = 1; i < k; i++)
+        spans[i] = ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0
+                       ? spans[i - 1]
+                       : span_prefetched(objs[i], bits_end);
+    struct run run = rt->run;
+    uint64_t mul = rt->mul;
     for (unsigned i = 0; i < k; i++) {
         struct span *s = spans[i];
-        if (s != r->span) {
-            if (r->span)
-                return_run(c, r);
-            SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == cls);
-            *r = (struct run){s, 0};
+        if (s != run.span) {
+            if (run.span)
+                return_run(rt->c, run);
+            SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == rt->cls);
+            run = (struct run){s, 0};
         }
         uintptr_t off = (uintptr_t)objs[i] - s->start;
-        SA_ASSERT(off % sizeclass_size(cls) == 0);
+        SA_ASSERT(off % sizeclass_size(rt->cls) == 0);
         unsigned idx = (unsigned)((off * mul) >> 32);
         uint64_t bit = (uint64_t)1 << (idx % 64), *word = &s->free_bits[idx / 64];
         if (*word & bit)
-            freed_twice(objs[i], cls);
+            freed_twice(objs[i], rt->cls);
         *word |= bit;
-        r->len++;
+        run.len++;
     }
+    rt->run = run;
+}
+
+/* Under the lock: the run left open by the last group. */
+static void returning_end(struct returning *rt)
+{
+    if (rt->run.span)
+        return_run(rt->c, rt->run);
 }
 
 /* Under the lock: objs[0, n) back into their spans. */
 static void return_to_spans(struct central *c, unsigned cls, void *const *objs, unsigned n)
 {
-    struct run r = {NULL, 0};
-    uint64_t mul = index_multiplier(sizeclass_size(cls));
+    if (n == 0)
+        return;
+    struct returning rt = returning_start(c, cls);
     for (unsigned i = 0; i < n; i += RETURN_GROUP)
-        return_group(c, cls, mul, &r, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP);
-    if (r.span)
-        return_run(c, &r);
+        return_group(&rt, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP);
+    returning_end(&rt);
 }
 
 /* central_free_batch and central_free_one: a cache's flush (counted as
@@ -488,8 +526,7 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
 {
     struct central *c = central_of(cls);
     void *group[RETURN_GROUP];
-    struct run r = {NULL, 0};
-    uint64_t mul = index_multiplier(sizeclass_size(cls));
+    struct returning rt = returning_start(c, cls);
     sa_lock(&c->lock);
     c->allocated -= n;
     c->ndalloc += n;
@@ -501,10 +538,9 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
             group[i] = head;
             head = *(void **)head;
         }
-        return_group(c, cls, mul, &r, group, k);
+        return_group(&rt, group, k);
     }
-    if (r.span)
-        return_run(c, &r);
+    returning_end(&rt);
     sa_unlock(&c->lock);
     debug_check(cls);
 }
