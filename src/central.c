@@ -384,9 +384,10 @@ static void __attribute__((noreturn, cold)) freed_twice(const void *obj, unsigne
              sizeclass_size(cls), obj);
 }
 
-/* What putting objects of one class back into their spans needs, worked
- * out once a batch: not once a group, where the division of the objects
- * per span was one a group, and its latency on the group's first look-up. */
+/* What putting objects of one class back into their spans needs.  Worked
+ * out once a batch, not once a group of RETURN_GROUP objects: the objects
+ * per span take a 64-bit division, whose latency fell on every group's
+ * first look-up. */
 struct returning {
     struct central *c;
     unsigned cls;
