@@ -365,8 +365,10 @@ struct run {
 };
 
 /* Under the lock: the run's objects are back in its span's bits; now its
- * counts and lists. */
-static void return_run(struct central *c, struct run r)
+ * counts and lists.  Inlined into return_group: after random frees over a
+ * large heap nearly every object is a run of its own (bench's phase: 576 k
+ * runs for 599 k objects), and the call was 1.9% of phase's instructions. */
+static inline __attribute__((always_inline)) void return_run(struct central *c, struct run r)
 {
     struct span *s = r.span;
     s->allocated = (uint16_t)(s->allocated - r.len);
