@@ -419,7 +419,7 @@ static struct returning returning_start(struct central *c, unsigned cls)
  * prefetched for writing. */
 static struct span *span_prefetched(const void *obj, size_t bits_end)
 {
-    struct span *s = pagemap_span(obj);
+    struct span *s = pagemap_span_of_small(obj);
     for (size_t line = 0; line < bits_end; line += SA_CACHELINE)
         __builtin_prefetch((char *)s + line, 1);
     return s;

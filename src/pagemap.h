@@ -155,6 +155,18 @@ static inline struct span *pagemap_span(const void *p)
     return __atomic_load_n(&leaf->span[pm_leaf_index(a)], __ATOMIC_RELAXED);
 }
 
+/* pagemap_span() of an object that a thread cache or central list holds:
+ * free() found its page's class, so the page is inside the 48-bit space
+ * and has a leaf, and neither is tested again.  (Were it not so, the NULL
+ * span pagemap_span() answered would fault at its first use anyway.)
+ * central.c's give-back looks up every object it puts back this way. */
+static inline struct span *pagemap_span_of_small(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    struct pm_leaf *leaf = __atomic_load_n(&pm_root[pm_root_index(a)], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&leaf->span[pm_leaf_index(a)], __ATOMIC_RELAXED);
+}
+
 /* Writers (page heap lock held).  Page numbers are address >> SA_PAGE_SHIFT. */
 
 /* Makes sure leaves exist for pages [page, page + npages); false on ENOMEM. */
