@@ -67,6 +67,8 @@ bool dump_residency_available(void);
 /* ---- allocator hooks (malloc.c, init.c) ---- */
 void prof_boot(void);
 void prof_thread_init(struct tcache *tc);
+/* The thread of cache `tc` is exiting (init.c): its shard has one fewer. */
+void prof_thread_exit(const struct tcache *tc);
 /* Sampled small allocations live on mappings of their own (sampled_pages.h)
  * and hold a proxy object of their class (`proxy`); so do guarded samples
  * of any size (`guarded`: guard.h; a large one has no proxy).  Places one

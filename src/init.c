@@ -49,6 +49,7 @@ static void thread_exit(void *arg)
 {
     tcache_tls = &tcache_empty;
     thread_state = THREAD_EXITED;
+    prof_thread_exit(arg);
     tcache_destroy(arg);
 }
 

@@ -113,6 +113,10 @@ size_t prof_own_mapping_bytes(void);
  * until the first snapshot: metadata, for stats.metadata. */
 size_t prof_peak_buffer_bytes(void);
 
+/* Live samples sit in PROF_SAMPLE_SHARDS shards, each under its own lock;
+ * a thread takes its samples in its own (prof.c). */
+#define PROF_SAMPLE_SHARDS 16
+
 /* Bytes of freed sampled mappings the sample shards keep for their next
  * samples (dirty: statistics count them with sampled_pages_dirty()).  A
  * shard keeps at most PROF_SHARD_SPARES of them, PROF_SHARD_SPARE_BYTES in

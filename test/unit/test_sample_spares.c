@@ -11,7 +11,12 @@
  *     the thread that took it, whose next sample gets it;
  *   - spares count as dirty, malloc_trim purges them, and so does decay
  *     once they are idle longer than dirty_decay_ms; with dirty_decay_ms 0
- *     there are none.
+ *     there are none;
+ *   - a new thread samples on the shard an exited thread left its spares
+ *     in, and reuses them: threads started one after another keep one
+ *     shard's spares, not one set per thread;
+ *   - threads alive at once get shards of their own, however many came
+ *     and went before them.
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -23,6 +28,7 @@
 #include "pageheap.h"
 #include "prof.h"
 #include "sampled_pages.h"
+#include "tcache.h"
 #include "unit.h"
 
 #define SMALL 64                 /* a small sample: one salloc page */
@@ -314,6 +320,82 @@ static void test_decay_set_to_zero_during_a_put_to_the_cache(void **state)
     assert_false(page_resident(p[SPARES_MAX]));
 }
 
+/* A thread that takes a small sample, writes `fill` into it, frees it and
+ * exits; `arg`: where to put the sample's address. */
+static void *sample_and_exit(void *arg)
+{
+    char *p = sampled_malloc(SMALL);
+    memset(p, 0x5a, SMALL);
+    free(p);
+    *(char **)arg = p;
+    return NULL;
+}
+
+static char *run_sampling_thread(void)
+{
+    char *p = NULL;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sample_and_exit, &p), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_non_null(p);
+    return p;
+}
+
+/* A program that starts a thread per task: each thread's sample reuses the
+ * mapping the thread before it freed, and the spares stay those of one
+ * shard.  With shards handed out round robin, each thread left a spare in
+ * a shard of its own, dirty until decay: 8 threads, 8 pages. */
+static void test_threads_one_after_another_reuse_one_shards_spares(void **state)
+{
+    (void)state;
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    char *first = run_sampling_thread();
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    for (int i = 0; i < 8; i++) {
+        char *p = run_sampling_thread();
+        assert_ptr_equal(p, first);
+        assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    }
+}
+
+enum { LIVE_THREADS = PROF_SAMPLE_SHARDS - 1 }; /* with the main thread, one a shard */
+static pthread_barrier_t all_started;
+static unsigned live_shard[LIVE_THREADS];
+
+static void *report_shard(void *arg)
+{
+    free(malloc(16)); /* the thread's cache, and its shard */
+    live_shard[(uintptr_t)arg] = tcache_get()->prof.shard;
+    pthread_barrier_wait(&all_started); /* alive until all have one */
+    return NULL;
+}
+
+/* Up to PROF_SAMPLE_SHARDS threads alive at once never share a shard, whatever
+ * threads came and went before them (round robin, after 3 exited threads,
+ * gave the 13th of these the main thread's shard). */
+static void test_live_threads_get_shards_of_their_own(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        run_sampling_thread();
+    assert_int_equal(pthread_barrier_init(&all_started, NULL, LIVE_THREADS + 1), 0);
+    pthread_t t[LIVE_THREADS];
+    for (uintptr_t i = 0; i < LIVE_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, report_shard, (void *)i), 0);
+    pthread_barrier_wait(&all_started);
+    for (int i = 0; i < LIVE_THREADS; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    pthread_barrier_destroy(&all_started);
+    bool taken[PROF_SAMPLE_SHARDS] = {false};
+    taken[tcache_get()->prof.shard] = true;
+    for (int i = 0; i < LIVE_THREADS; i++) {
+        assert_true(live_shard[i] < PROF_SAMPLE_SHARDS);
+        assert_false(taken[live_shard[i]]);
+        taken[live_shard[i]] = true;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +409,8 @@ int main(void)
         cmocka_unit_test(test_decay_set_to_zero_purges_what_waits),
         cmocka_unit_test(test_decay_set_to_zero_during_a_sampled_free),
         cmocka_unit_test(test_decay_set_to_zero_during_a_put_to_the_cache),
+        cmocka_unit_test(test_threads_one_after_another_reuse_one_shards_spares),
+        cmocka_unit_test(test_live_threads_get_shards_of_their_own),
     };
     return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
 }
