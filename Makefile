@@ -50,8 +50,7 @@ SRCS := $(wildcard src/*.c)
 # library's cached file pages up to 64 KiB around each page fault, so the
 # code every process runs (malloc, the caches, the page heap, the sampler)
 # comes first and the code only mallctl, dumps, errors and guarded sampling
-# reach comes last, in pages a program that never uses them does not map:
-# libsalloc's resident text 88 -> 64 KiB in a small program.
+# reach comes last, in pages a program that never uses them does not map.
 # And no DT_FINI (-fini= naming no symbol): the dynamic linker would call
 # _fini, the empty function crti.o puts at the very end of the text, at
 # exit, mapping the cold pages around it.  Constructors and destructors run
@@ -60,6 +59,21 @@ SRCS := $(wildcard src/*.c)
 COLD_SRCS := src/ctl.c src/dump.c src/glibc_compat.c src/guard.c src/log.c src/pprof.c \
              src/procmaps.c src/prof_recent.c src/residency.c src/stats.c src/xallocx.c
 LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS)) $(COLD_SRCS))
+# Within that order, function by function: the functions src/hot_text.list
+# names (what a program runs that never calls mallctl, dumps or errs:
+# malloc and free and their slow paths, the caches, the page heap, the
+# sampler, fork and thread exit) come first, all of them in the 64 KiB the
+# kernel maps around the first fault, from a 64 KiB boundary
+# (max-page-size, which ld.so honours when it picks the load address).
+# The objects are built with -ffunction-sections; tools/text_sections.awk
+# names each function's section salloc_hot or salloc_text, and
+# src/salloc_text.ld puts salloc_hot first.  A program that allocates,
+# threads, forks and is sampled maps 64 KiB of the 124 KiB of code, where
+# the object order alone left it all mapped (test_resident_text).  The
+# list grew out of date?  tools/hot_text.sh writes it afresh from
+# callgrind runs.
+HOT_TEXT  := src/hot_text.list
+TEXT_LD   := src/salloc_text.ld
 TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 
 SONAME := libsalloc.so.$(SOMAJOR)
@@ -79,9 +93,16 @@ TO_SALLOC_TEXT = objcopy $(foreach t,$(TEXT_SECTIONS),--rename-section $(t)=sall
 DEBUG_MODE := build/lib/debug-mode
 $(shell mkdir -p build/lib && (echo $(SA_DEBUG) | cmp -s - $(DEBUG_MODE) || echo $(SA_DEBUG) > $(DEBUG_MODE)))
 
-build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(DEBUG_MODE) | build/lib
-	$(CC) $(LIBFLAGS) -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@.tmp
-	$(TO_SALLOC_TEXT)
+build/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(DEBUG_MODE) $(HOT_TEXT) \
+               tools/text_sections.awk | build/lib
+	$(CC) $(LIBFLAGS) -ffunction-sections -DSA_DEBUG_BUILD=$(SA_DEBUG) $(CFLAGS) -c $< -o $@.tmp
+	objcopy $$(objdump -h $@.tmp | awk -v hot=$(HOT_TEXT) -f tools/text_sections.awk) $@.tmp $@ && rm -f $@.tmp
+
+# The static library's objects: one code section, salloc_text, as the
+# profiler's bounds (__start_/__stop_salloc_text) need in a program's own
+# link, where no script joins salloc_hot to it.
+build/lib/static/%.o: build/lib/%.o | build/lib/static
+	objcopy --rename-section salloc_hot=salloc_text $< $@
 
 # Test builds: the same sources with the OS seam writable (SA_TESTING) and
 # invariant checks on, archived so unit tests reach internals.
@@ -89,21 +110,22 @@ build/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/
 	$(CC) $(LIBFLAGS) -DSA_TESTING -DSA_DEBUG_BUILD=1 -c $< -o $@.tmp
 	$(TO_SALLOC_TEXT)
 
-$(SHLIB): $(LIB_OBJS) | lib
+$(SHLIB): $(LIB_OBJS) $(TEXT_LD) | lib
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,-z,nodelete -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden -pthread \
-	    -Wl,-fini=sa_no_dt_fini -Wl,-Map=build/lib/libsalloc.map $(LDFLAGS) -o $@ $(LIB_OBJS)
+	    -Wl,-fini=sa_no_dt_fini -Wl,-z,max-page-size=0x10000 -Wl,-T,$(TEXT_LD) -Wl,-Map=build/lib/libsalloc.map \
+	    $(LDFLAGS) -o $@ $(LIB_OBJS)
 
 lib/libsalloc.so: $(SHLIB)
 	ln -sf libsalloc.so.$(VERSION) lib/$(SONAME)
 	ln -sf $(SONAME) $@
 
-lib/libsalloc.a: $(LIB_OBJS) | lib
-	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+lib/libsalloc.a: $(LIB_OBJS:build/lib/%=build/lib/static/%) | lib
+	rm -f $@ && ar rcs $@ $^
 
 build/libsalloc_test.a: $(TEST_OBJS)
 	rm -f $@ && ar rcs $@ $(TEST_OBJS)
 
-build/lib build/test build/tsan build/tsan-test build/ubsan/test build/ubsan/lib build/bin build/bench lib test/bin test/bin/tsan test/bin/ubsan bench/bin:
+build/lib build/lib/static build/test build/tsan build/tsan-test build/ubsan/test build/ubsan/lib build/bin build/bench lib test/bin test/bin/tsan test/bin/ubsan bench/bin:
 	mkdir -p $@
 
 # ---- size classes ----
@@ -246,7 +268,7 @@ TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
       bench/bin/callgrind_pair
 	@sh test/check_exports.sh lib/libsalloc.so
-	@sh test/check_layout.sh lib/libsalloc.so build/lib/libsalloc.map $(COLD_SRCS:src/%.c=build/lib/%.o)
+	@SA_DEBUG=$(SA_DEBUG) sh test/check_layout.sh lib/libsalloc.so build/lib/libsalloc.map $(COLD_SRCS:src/%.c=build/lib/%.o)
 	@fail=0; \
 	for t in $(UNIT_TESTS); do \
 	    echo "== $$t"; $(TEST_ENV) $$t || fail=1; \

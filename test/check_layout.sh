@@ -5,8 +5,12 @@
 # say why):
 #   1. no DT_FINI: the dynamic linker would call _fini, at the very end of
 #      the text, at exit, and the kernel would map the cold code around it;
-#   2. in salloc_text, the cold objects come after every other object
-#      (MAP is the linker's map of LIB);
+#   2. in salloc_text, the functions src/hot_text.list names (input
+#      sections salloc_hot) come first and end within the 64 KiB that
+#      starts the text segment, which starts on a 64 KiB boundary; after
+#      them, the cold objects come after every other object (MAP is the
+#      linker's map of LIB; an SA_DEBUG build, whose checks make the
+#      code bigger, may run past the 64 KiB);
 #   3. with .lbss (GCC), .bss holds only small variables: at most 16 KiB;
 #   4. the entry points with a fast path start on a 64-byte boundary
 #      (SA_EXPORT_FAST, src/util.h).
@@ -20,11 +24,33 @@ if readelf -d "$lib" | grep -q '(FINI)'; then
     fail=1
 fi
 
-# Input sections of salloc_text: " salloc_text  0xADDR  0xSIZE  build/lib/x.o".
+# Input sections of salloc_text: " salloc_text  0xADDR  0xSIZE  build/lib/x.o",
+# and salloc_hot likewise.
 order=$(awk '$1 == "salloc_text" && NF == 4 { print $2, $3, $4 }' "$map")
 if [ -z "$order" ]; then
     echo "check_layout: no salloc_text input sections in $map"
     fail=1
+fi
+hot=$(awk '$1 == "salloc_hot" && NF == 4 { print $2, $3, $4 }' "$map")
+# "LOAD 0xOFF 0xVADDR ... R E 0xALIGN": the text segment's start.
+text_start=$(readelf -lW "$lib" | awk '$1 == "LOAD" && $8 == "E" { print $3; exit }')
+if [ -z "$hot" ] || [ -z "$text_start" ]; then
+    echo "check_layout: no salloc_hot input sections in $map, or no text segment in $lib"
+    fail=1
+else
+    hot_end=$(echo "$hot" | while read -r addr size obj; do printf '%d\n' $((addr + size)); done | sort -n | tail -1)
+    first_rest=$(echo "$order" | while read -r addr size obj; do printf '%d\n' $((addr)); done | sort -n | head -1)
+    window_end=$((text_start + 65536))
+    if [ $((text_start % 65536)) -ne 0 ]; then
+        echo "check_layout: the text segment starts at $text_start, not on a 64 KiB boundary (-z max-page-size)"
+        fail=1
+    elif [ "$hot_end" -gt "$window_end" ] && [ "${SA_DEBUG:-0}" = 0 ]; then
+        echo "check_layout: the hot code (src/hot_text.list) ends at $hot_end, past the text segment's first 64 KiB (ends $window_end): $((hot_end - window_end)) bytes too many"
+        fail=1
+    elif [ "$first_rest" -lt "$hot_end" ]; then
+        echo "check_layout: other code (first at $first_rest) lies among the hot code (ends at $hot_end)"
+        fail=1
+    fi
 fi
 last_hot=$(echo "$order" | while read -r addr size obj; do
     case " $* " in *" $obj "*) ;; *) printf '%d\n' $((addr + size)) ;; esac
@@ -63,5 +89,5 @@ for sym in $fast; do
     fi
 done
 
-[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; cold code after byte $last_hot of salloc_text; $bss_note; fast entry points 64-byte aligned"
+[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; hot code $((hot_end - text_start)) bytes into the text segment's first 64 KiB; cold code after byte $last_hot of salloc_text; $bss_note; fast entry points 64-byte aligned"
 exit $fail
