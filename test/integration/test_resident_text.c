@@ -29,9 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "child_run.h"
 
 #define WINDOW (64 * 1024)
 #define THREADS 4
@@ -169,27 +170,14 @@ static void test_ordinary_program_maps_one_window_of_code(void **state)
         print_message("skipped: an SA_DEBUG build checks its heap from code laid out cold\n");
         skip();
     }
-    int out[2];
-    assert_int_equal(pipe(out), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* The child runs the work from a fresh exec: the parent's code
-         * pages (cmocka's calls into salloc included) are not its own. */
-        dup2(out[1], 1);
-        execl("/proc/self/exe", "test_resident_text", "work", (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    char buf[128] = {0};
-    ssize_t n = read(out[0], buf, sizeof(buf) - 1);
-    close(out[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The work runs in a fresh exec of this program: the parent's code
+     * pages (cmocka's calls into salloc included) are not the child's. */
+    struct child_outcome o;
+    child_run("test_resident_text", "work", "", false, &o);
+    assert_int_equal(o.signal, 0);
+    assert_int_equal(o.status, 0);
     int present = -1, pages = 0;
-    assert_true(n > 0 && sscanf(buf, "%d %d", &present, &pages) == 2);
+    assert_int_equal(sscanf(o.out, "%d %d", &present, &pages), 2);
     print_message("salloc's code: %d of %d pages resident\n", present, pages);
     assert_true(present > 0);
     assert_true(present * sysconf(_SC_PAGESIZE) <= WINDOW);
