@@ -463,7 +463,12 @@ static void test_real_programs_python_test_suite(void **state)
         fprintf(stderr, "SKIP: %s has no test suite (Debian package libpython3.11-testsuite)\n", py);
         skip();
     }
-    char *argv[] = { py, "-m", "test", "-q", "-j2",
+    /* -i: string_tests' test_find_periodic_pattern draws random patterns
+     * and texts, and its reference search gives -1 for an empty pattern
+     * in an empty text, where find() gives 0: about once in 10^4 runs of
+     * these modules it draws both empty and fails, with or without salloc
+     * (a CI run failed so, in the plain run). */
+    char *argv[] = { py, "-m", "test", "-q", "-j2", "-i", "test_find_periodic_pattern",
                      "test_dict", "test_list", "test_set", "test_unicode", "test_json",
                      "test_re", "test_collections", "test_deque", "test_bytes",
                      "test_gc", "test_sort", "test_thread", "test_heapq", NULL };
