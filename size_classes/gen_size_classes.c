@@ -112,10 +112,22 @@ int main(int argc, char **argv)
     printf("#define SA_GRANULE_SHIFT %u\n", GRANULE_SHIFT);
     printf("#define SA_GRANULE_LOOKUP_LEN %u\n\n", granules);
 
+    /* One copy of each table in the library, in src/sizeclass.c: as static
+     * tables here, each file that looked a class up had its own (three of
+     * the byte table, four of the class table), and malloc and operator
+     * new read different copies of the same lines. */
+    printf("/* The tables, defined once, by src/sizeclass.c (SA_SIZE_CLASS_TABLES);\n"
+           " * hidden, so that the fast path reads them straight, not through the GOT. */\n");
+    printf("#define SA_CLASS_TABLE __attribute__((visibility(\"hidden\")))\n");
+    printf("extern const struct sa_class_info sa_class_info[SA_NUM_CLASSES] SA_CLASS_TABLE;\n");
+    printf("extern const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] SA_CLASS_TABLE;\n");
+    printf("extern const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] SA_CLASS_TABLE;\n\n");
+    printf("#ifdef SA_SIZE_CLASS_TABLES\n");
+
     printf("/* class: size, pages per span, objects moved per batch.\n"
            " * Comment: objects per span, tail bytes (share of span),"
            " worst waste, step. */\n");
-    printf("static const struct sa_class_info sa_class_info[SA_NUM_CLASSES] = {\n");
+    printf("const struct sa_class_info sa_class_info[SA_NUM_CLASSES] = {\n");
     printf("    {0, 0, 0}, /* 0: not a small object */\n");
     for (unsigned c = 1; c < nclasses; c++) {
         unsigned size = classes[c], pages = pages_for(size);
@@ -130,7 +142,7 @@ int main(int argc, char **argv)
     printf("};\n\n");
 
     printf("/* size -> class for sizes 0..SA_BYTE_LOOKUP_MAX; see sizeclass.h. */\n");
-    printf("static const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] = {");
+    printf("const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] = {");
     unsigned c = 1;
     for (unsigned size = 0; size <= BYTE_LOOKUP_MAX; size++) {
         while (classes[c] < size)
@@ -139,13 +151,13 @@ int main(int argc, char **argv)
     }
     printf("\n};\n\n");
     printf("/* (size + 127) >> 7 -> class, for sizes up to SA_MAX_SMALL. */\n");
-    printf("static const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] = {");
+    printf("const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] = {");
     c = 1;
     for (unsigned i = 0; i < granules; i++) {
         while (classes[c] < i << GRANULE_SHIFT)
             c++;
         printf("%s%u,", i % 16 ? " " : "\n    ", c);
     }
-    printf("\n};\n\n#endif\n");
+    printf("\n};\n#endif /* SA_SIZE_CLASS_TABLES */\n\n#endif\n");
     return 0;
 }

@@ -9,9 +9,17 @@
 #define SA_GRANULE_SHIFT 7
 #define SA_GRANULE_LOOKUP_LEN 2049
 
+/* The tables, defined once, by src/sizeclass.c (SA_SIZE_CLASS_TABLES);
+ * hidden, so that the fast path reads them straight, not through the GOT. */
+#define SA_CLASS_TABLE __attribute__((visibility("hidden")))
+extern const struct sa_class_info sa_class_info[SA_NUM_CLASSES] SA_CLASS_TABLE;
+extern const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] SA_CLASS_TABLE;
+extern const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] SA_CLASS_TABLE;
+
+#ifdef SA_SIZE_CLASS_TABLES
 /* class: size, pages per span, objects moved per batch.
  * Comment: objects per span, tail bytes (share of span), worst waste, step. */
-static const struct sa_class_info sa_class_info[SA_NUM_CLASSES] = {
+const struct sa_class_info sa_class_info[SA_NUM_CLASSES] = {
     {0, 0, 0}, /* 0: not a small object */
     {     8,   1, 64}, /*  1:  1024 objs, tail     0 ( 0.0%), waste 87.5%, +8 */
     {    16,   1, 64}, /*  2:   512 objs, tail     0 ( 0.0%), waste 43.8%, +8 */
@@ -113,7 +121,7 @@ static const struct sa_class_info sa_class_info[SA_NUM_CLASSES] = {
 };
 
 /* size -> class for sizes 0..SA_BYTE_LOOKUP_MAX; see sizeclass.h. */
-static const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] = {
+const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
     2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
     3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
@@ -182,7 +190,7 @@ static const unsigned char sa_class_by_byte[SA_BYTE_LOOKUP_MAX + 1] = {
 };
 
 /* (size + 127) >> 7 -> class, for sizes up to SA_MAX_SMALL. */
-static const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] = {
+const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] = {
     1, 9, 17, 21, 25, 27, 29, 31, 33, 34, 35, 36, 37, 38, 39, 40,
     41, 42, 42, 43, 43, 44, 44, 45, 45, 46, 46, 47, 47, 48, 48, 49,
     49, 50, 50, 50, 50, 51, 51, 51, 51, 52, 52, 52, 52, 53, 53, 53,
@@ -313,5 +321,6 @@ static const unsigned char sa_class_by_granule[SA_GRANULE_LOOKUP_LEN] = {
     97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97,
     97,
 };
+#endif /* SA_SIZE_CLASS_TABLES */
 
 #endif
