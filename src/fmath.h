@@ -17,12 +17,16 @@
 #define SA_LN2 0.69314718055994530942
 
 /* 1/k for k = 0..21 (entry 0 unused): sa_exp_neg's series multiplies by these
- * instead of dividing, which on x86 costs 4 cycles instead of 15 a term. */
-static const double sa_inverse[22] = {
+ * instead of dividing, which on x86 costs 4 cycles instead of 15 a term.
+ * Defined once, by src/fmath.c, as sa_exp_table is (fmath_tables.h). */
+extern const double sa_inverse[22] __attribute__((visibility("hidden")));
+#ifdef SA_FMATH_TABLES
+const double sa_inverse[22] = {
     0, 1.0 / 1, 1.0 / 2, 1.0 / 3, 1.0 / 4, 1.0 / 5, 1.0 / 6, 1.0 / 7, 1.0 / 8, 1.0 / 9, 1.0 / 10,
     1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14, 1.0 / 15, 1.0 / 16, 1.0 / 17, 1.0 / 18, 1.0 / 19,
     1.0 / 20, 1.0 / 21,
 };
+#endif
 
 /* ln(x) for finite normal x > 0.  x = m * 2^e with m in [sqrt(1/2),
  * sqrt(2)), found with integer operations alone (adding the bits of 1 less

@@ -55,8 +55,12 @@ static const double sa_ln_table[47][2] = {
 };
 
 #define SA_EXPM_TABLE_LAST 64
-/* e^(-j / 64) and 1 - e^(-j / 64) for j = 0..64 */
-static const double sa_exp_table[65][2] = {
+/* e^(-j / 64) and 1 - e^(-j / 64) for j = 0..64.  Read by prof.c and
+ * dump.c: declared here, hidden (read straight, not through the GOT), and
+ * defined once, by src/fmath.c (SA_FMATH_TABLES), not a copy in each. */
+extern const double sa_exp_table[65][2] __attribute__((visibility("hidden")));
+#ifdef SA_FMATH_TABLES
+const double sa_exp_table[65][2] = {
     {1.0, 0.0},
     {0.9844964370054085, 0.015503562994591593},
     {0.9692332344763441, 0.03076676552365592},
@@ -123,6 +127,7 @@ static const double sa_exp_table[65][2] = {
     {0.373672699406043, 0.626327300593957},
     {0.36787944117144233, 0.6321205588285577},
 };
+#endif
 
 #define SA_ZIG_STRIPS 256
 #define SA_ZIG_R 7.69711747013105

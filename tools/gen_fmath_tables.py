@@ -27,12 +27,16 @@ def main():
     print("};\n")
     last = STEP  # x up to 1
     print(f"#define SA_EXPM_TABLE_LAST {last}")
-    print(f"/* e^(-j / {STEP}) and 1 - e^(-j / {STEP}) for j = 0..{last} */")
-    print(f"static const double sa_exp_table[{last + 1}][2] = {{")
+    print(f"/* e^(-j / {STEP}) and 1 - e^(-j / {STEP}) for j = 0..{last}.  Read by prof.c and")
+    print(" * dump.c: declared here, hidden (read straight, not through the GOT), and")
+    print(" * defined once, by src/fmath.c (SA_FMATH_TABLES), not a copy in each. */")
+    print(f"extern const double sa_exp_table[{last + 1}][2] __attribute__((visibility(\"hidden\")));")
+    print("#ifdef SA_FMATH_TABLES")
+    print(f"const double sa_exp_table[{last + 1}][2] = {{")
     for j in range(0, last + 1):
         e = (-(Decimal(j) / STEP)).exp()
         print(f"    {{{c_double(e)}, {c_double(1 - e)}}},")
-    print("};\n")
+    print("};\n#endif\n")
     ziggurat()
     print("#endif")
 
