@@ -74,6 +74,12 @@ LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS))
 # callgrind runs.
 HOT_TEXT  := src/hot_text.list
 TEXT_LD   := src/salloc_text.ld
+# The library's relative relocations (pointers in its tables, 532 of them)
+# packed as DT_RELR (binutils 2.38, glibc 2.36) where the toolchain has it:
+# .rela.dyn, which the loader reads in every process, 15.3 -> 2.7 KB, and
+# the first segment 6 -> 3 resident pages.
+PACK_RELOCS := $(shell $(CC) -shared -Wl,-z,pack-relative-relocs -x c /dev/null -o /dev/null 2>/dev/null \
+                   && echo -Wl,-z,pack-relative-relocs)
 TEST_OBJS := $(SRCS:src/%.c=build/test/%.o)
 
 SONAME := libsalloc.so.$(SOMAJOR)
@@ -112,7 +118,7 @@ build/test/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h | build/
 
 $(SHLIB): $(LIB_OBJS) $(TEXT_LD) | lib
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,-z,nodelete -Wl,--no-undefined -Wl,-z,start-stop-visibility=hidden -pthread \
-	    -Wl,-fini=sa_no_dt_fini -Wl,-z,max-page-size=0x10000 -Wl,-T,$(TEXT_LD) -Wl,-Map=build/lib/libsalloc.map \
+	    -Wl,-fini=sa_no_dt_fini -Wl,-z,max-page-size=0x10000 -Wl,-T,$(TEXT_LD) $(PACK_RELOCS) -Wl,-Map=build/lib/libsalloc.map \
 	    $(LDFLAGS) -o $@ $(LIB_OBJS)
 
 lib/libsalloc.so: $(SHLIB)
