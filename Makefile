@@ -540,15 +540,15 @@ build/fuzz/lib build/fuzz/tools:
 
 # TO_SALLOC_TEXT for these objects: coverage instrumentation gives every
 # function a section of its own (.text.<name>), so every .text* section is
-# renamed, not only the usual five.
-FUZZ_TO_SALLOC_TEXT = objcopy $$(objdump -h $@.tmp | \
-                          awk '$$2 ~ /^\.text($$|\.)/ { printf " --rename-section %s=salloc_text", $$2 }') \
+# renamed, not only the usual five: tools/text_sections.awk, as for the
+# library's objects, with no function listed hot.
+FUZZ_TO_SALLOC_TEXT = objcopy $$(objdump -h $@.tmp | awk -v hot=/dev/null -f tools/text_sections.awk) \
                           $@.tmp $@ && rm -f $@.tmp
 
 # test/fuzz/ignorelist.txt: checks left out for known findings in src/
 # (FUZZ_IGNORELIST= builds with every check, to reproduce them).
 FUZZ_IGNORELIST ?= test/fuzz/ignorelist.txt
-build/fuzz/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(FUZZ_IGNORELIST) | build/fuzz/lib
+build/fuzz/lib/%.o: src/%.c $(wildcard src/*.h) size_classes/size_classes.h $(FUZZ_IGNORELIST) tools/text_sections.awk | build/fuzz/lib
 	$(FUZZ_CC) $(filter-out -Werror,$(LIBFLAGS)) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
 	    $(if $(FUZZ_IGNORELIST),-fsanitize-ignorelist=$(FUZZ_IGNORELIST)) \
 	    -DSA_DEBUG_BUILD=1 $(FUZZ_RENAME) -c $< -o $@.tmp

@@ -1,5 +1,6 @@
 # text_sections.awk: objcopy arguments that gather an object's code into
-# salloc's two text sections (Makefile, TO_SALLOC_TEXT):
+# salloc's two text sections (Makefile: the library's objects, build/lib/;
+# with hot=/dev/null, the fuzz builds', all of it salloc_text):
 #   salloc_hot   the functions src/hot_text.list names: the code a program
 #                runs even if it never calls mallctl, dumps or errs
 #   salloc_text  the rest

@@ -16,12 +16,16 @@
  *     in, and reuses them: threads started one after another keep one
  *     shard's spares, not one set per thread;
  *   - threads alive at once get shards of their own, however many came
- *     and went before them.
+ *     and went before them;
+ *   - in a forked child the parent's other threads hold no shard: the
+ *     child's new thread takes one they held, and its spares.
  */
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../include/salloc.h"
 #include "dump.h"
@@ -371,6 +375,31 @@ static void *report_shard(void *arg)
     return NULL;
 }
 
+/* Starts LIVE_THREADS threads, each alive until all have a shard, and
+ * whether those and the calling thread hold PROF_SAMPLE_SHARDS different
+ * shards. */
+static bool live_threads_hold_different_shards(void)
+{
+    if (pthread_barrier_init(&all_started, NULL, LIVE_THREADS + 1) != 0)
+        return false;
+    pthread_t t[LIVE_THREADS];
+    for (uintptr_t i = 0; i < LIVE_THREADS; i++)
+        if (pthread_create(&t[i], NULL, report_shard, (void *)i) != 0)
+            return false;
+    pthread_barrier_wait(&all_started);
+    for (int i = 0; i < LIVE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&all_started);
+    bool taken[PROF_SAMPLE_SHARDS] = {false};
+    taken[tcache_get()->prof.shard] = true;
+    for (int i = 0; i < LIVE_THREADS; i++) {
+        if (live_shard[i] >= PROF_SAMPLE_SHARDS || taken[live_shard[i]])
+            return false;
+        taken[live_shard[i]] = true;
+    }
+    return true;
+}
+
 /* Up to PROF_SAMPLE_SHARDS threads alive at once never share a shard, whatever
  * threads came and went before them (round robin, after 3 exited threads,
  * gave the 13th of these the main thread's shard). */
@@ -379,21 +408,72 @@ static void test_live_threads_get_shards_of_their_own(void **state)
     (void)state;
     for (int i = 0; i < 3; i++)
         run_sampling_thread();
-    assert_int_equal(pthread_barrier_init(&all_started, NULL, LIVE_THREADS + 1), 0);
-    pthread_t t[LIVE_THREADS];
-    for (uintptr_t i = 0; i < LIVE_THREADS; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, report_shard, (void *)i), 0);
-    pthread_barrier_wait(&all_started);
-    for (int i = 0; i < LIVE_THREADS; i++)
-        assert_int_equal(pthread_join(t[i], NULL), 0);
-    pthread_barrier_destroy(&all_started);
-    bool taken[PROF_SAMPLE_SHARDS] = {false};
-    taken[tcache_get()->prof.shard] = true;
-    for (int i = 0; i < LIVE_THREADS; i++) {
-        assert_true(live_shard[i] < PROF_SAMPLE_SHARDS);
-        assert_false(taken[live_shard[i]]);
-        taken[live_shard[i]] = true;
+    assert_true(live_threads_hold_different_shards());
+}
+
+enum { PARKED = 4 };
+static pthread_barrier_t parked;
+static unsigned parked_shard[PARKED];
+
+/* A thread alive across the fork.  The first leaves 3 spares in its shard
+ * (the others 1, from their first allocation, sampled like all here). */
+static void *park(void *arg)
+{
+    uintptr_t i = (uintptr_t)arg;
+    char *p[3] = {sampled_malloc(SMALL), i == 0 ? sampled_malloc(SMALL) : NULL,
+                  i == 0 ? sampled_malloc(SMALL) : NULL};
+    for (int k = 0; k < 3; k++)
+        free(p[k]);
+    parked_shard[i] = tcache_get()->prof.shard;
+    pthread_barrier_wait(&parked); /* started */
+    pthread_barrier_wait(&parked); /* main has forked */
+    return NULL;
+}
+
+static void *report_one_shard(void *arg)
+{
+    free(malloc(16));
+    *(unsigned *)arg = tcache_get()->prof.shard;
+    return NULL;
+}
+
+/* A forked child has only the thread that forked: the parent's other
+ * threads, alive at the fork, hold no shard there, and the child's first
+ * new thread takes the shard the first of them left 3 spares in.  Counted
+ * still, they kept the child's threads off their shards and spares. */
+static void test_forked_child_counts_only_its_own_thread(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer stops a child that starts a thread after a fork
+     * from a process with threads. */
+    print_message("skipped: tsan does not start threads after a multi-threaded fork\n");
+    skip();
+#endif
+    pageheap_set_decay_ms(10000);
+    malloc_trim(0);
+    assert_int_equal(pthread_barrier_init(&parked, NULL, PARKED + 1), 0);
+    pthread_t t[PARKED];
+    for (uintptr_t i = 0; i < PARKED; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, park, (void *)i), 0);
+    pthread_barrier_wait(&parked);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        unsigned shard = PROF_SAMPLE_SHARDS;
+        pthread_t c;
+        if (pthread_create(&c, NULL, report_one_shard, &shard) != 0 || pthread_join(c, NULL) != 0)
+            _exit(2);
+        _exit(shard == parked_shard[0] ? 0 : 1);
     }
+    pthread_barrier_wait(&parked);
+    for (int i = 0; i < PARKED; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&parked);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 int main(void)
@@ -411,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_decay_set_to_zero_during_a_put_to_the_cache),
         cmocka_unit_test(test_threads_one_after_another_reuse_one_shards_spares),
         cmocka_unit_test(test_live_threads_get_shards_of_their_own),
+        cmocka_unit_test(test_forked_child_counts_only_its_own_thread),
     };
     return cmocka_run_group_tests_name("sample_spares", tests, setup, teardown);
 }
