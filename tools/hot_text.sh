@@ -11,12 +11,15 @@
 #   - every benchmark of bench/bin/bench_core, briefly: small and large
 #     sizes, realloc, calloc, aligned allocation, threads freeing each
 #     other's objects, threads that come and go, sampling;
+#   - its pairs again with profiling off (MALLOC_CONF=prof:false), as
+#     programs that never want it run, and the option parser;
 #   - bench/bin/cxx_workload: operator new and delete, sized and not;
 #   - bash running a pipeline and a command substitution: fork, in the
 #     parent and the child, and a real program's start-up;
 #   - the work of test/bin/test_resident_text, which checks that such a
 #     program keeps to the 64 KiB (realloc growth to large sizes, aligned
-#     and zeroed memory, a fork whose child allocates).
+#     and zeroed memory, a fork whose child allocates), with profiling on
+#     and off.
 # Callgrind runs one thread at a time, so it never sees a lock contended:
 # the names under "kept by hand" (those paths) are kept as they are.
 #
@@ -43,8 +46,10 @@ cg() { # NAME CMD...: callgrind of CMD, salloc preloaded, one file per process
 }
 echo "hot_text.sh: callgrind runs (a few minutes)" >&2
 cg bench bench/bin/bench_core --benchmark_min_time=0.001
+MALLOC_CONF=prof:false cg noprof bench/bin/bench_core --benchmark_min_time=0.001 --benchmark_filter=pair
 cg cxx bench/bin/cxx_workload
 cg work test/bin/test_resident_text work
+SALLOC_CONF=prof:false,dirty_decay_ms:5000 cg worknoprof test/bin/test_resident_text work
 cg bash bash -c 'x=$(echo hot); echo "$x" | cat >/dev/null; for i in 1 2 3; do y=$(printf "%s" "$i$x"); done'
 
 # The functions each file shows running in salloc's code.  Callgrind names

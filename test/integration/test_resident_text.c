@@ -155,9 +155,10 @@ static int resident_code_pages(int *mapping_pages)
     return present;
 }
 
-static void test_ordinary_program_maps_one_window_of_code(void **state)
+/* Runs the work in a fresh exec of this program under SALLOC_CONF=`conf`
+ * and checks that it kept to one window of salloc's code. */
+static void check_one_window(const char *conf)
 {
-    (void)state;
     mallctl_fn mallctl = salloc_mallctl();
     if (!mallctl) {
         print_message("skipped: salloc is not the allocator (run with LD_PRELOAD=lib/libsalloc.so)\n");
@@ -176,17 +177,33 @@ static void test_ordinary_program_maps_one_window_of_code(void **state)
         print_message("skipped: an SA_DEBUG build checks its heap from code laid out cold\n");
         skip();
     }
-    /* The work runs in a fresh exec of this program: the parent's code
-     * pages (cmocka's calls into salloc included) are not the child's. */
+    /* A fresh exec: the parent's code pages (cmocka's calls into salloc
+     * included) are not the child's. */
     struct child_outcome o;
-    child_run("test_resident_text", "work", "", false, &o);
+    child_run("test_resident_text", "work", conf, false, &o);
     assert_int_equal(o.signal, 0);
     assert_int_equal(o.status, 0);
     int present = -1, pages = 0;
     assert_int_equal(sscanf(o.out, "%d %d", &present, &pages), 2);
-    print_message("salloc's code: %d of %d pages resident\n", present, pages);
+    print_message("salloc's code under SALLOC_CONF=\"%s\": %d of %d pages resident\n", conf, present,
+                  pages);
     assert_true(present > 0);
     assert_true(present * sysconf(_SC_PAGESIZE) <= WINDOW);
+}
+
+static void test_ordinary_program_maps_one_window_of_code(void **state)
+{
+    (void)state;
+    check_one_window("");
+}
+
+/* Profiling off, as programs that never want it run it, and options
+ * parsed: the same window (sampler_never_sample, once laid out cold, made
+ * such a program map all of salloc's code). */
+static void test_program_without_profiling_maps_one_window_of_code(void **state)
+{
+    (void)state;
+    check_one_window("prof:false,dirty_decay_ms:5000");
 }
 
 int main(int argc, char **argv)
@@ -199,6 +216,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ordinary_program_maps_one_window_of_code),
+        cmocka_unit_test(test_program_without_profiling_maps_one_window_of_code),
     };
     return cmocka_run_group_tests_name("resident_text", tests, NULL, NULL);
 }
