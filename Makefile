@@ -574,10 +574,12 @@ build/fuzz/fuzz_dump_readers: test/fuzz/fuzz_dump_readers.c test/fuzz/fuzz_util.
                               tools/cli.h $(FUZZ_TOOL_OBJS) build/fuzz/elf_sample
 	$(FUZZ_CC) $(FUZZ_TFLAGS) -o $@ $< $(FUZZ_TOOL_OBJS) -lm
 
-# unwind.c is compiled into the target itself (#include), its object
-# lookups redirected to the object the input makes up: see the file.  As
-# src/ code it gets the ignore list too.
-build/fuzz/fuzz_unwind: test/fuzz/fuzz_unwind.c test/fuzz/fuzz_util.h src/unwind.c $(wildcard src/*.h) \
+# unwind.c and unwind_file.c are compiled into the target itself
+# (#include), its object lookups and file reads redirected to the object
+# the input makes up: see the file.  As src/ code it gets the ignore list
+# too.
+build/fuzz/fuzz_unwind: test/fuzz/fuzz_unwind.c test/fuzz/fuzz_util.h src/unwind.c src/unwind_file.c \
+                        $(wildcard src/*.h) \
                         $(FUZZ_IGNORELIST) | build/fuzz/lib
 	$(FUZZ_CC) $(FUZZ_TFLAGS) $(if $(FUZZ_IGNORELIST),-fsanitize-ignorelist=$(FUZZ_IGNORELIST)) \
 	    -o $@ $< -ldl

@@ -173,6 +173,7 @@ extern uintptr_t unwind_stack_top_for_test;
 struct unwind_stats {
     uint64_t incomplete; /* captures stopped at a frame the walker could not unwind */
     uint64_t misses;    /* rules computed from .eh_frame (cache misses) */
+    uint64_t from_files; /* of those, read from the object's file (unwind_file.h) */
     uint64_t stale;     /* cached rules found stale: their code was unloaded */
     uint64_t objects;   /* objects described the long way, not met before */
     uint64_t replays;   /* walks replayed from a thread's memo */

@@ -18,7 +18,12 @@
  *                     the walker knows the stack's top (the end of what it
  *                     may read over it), else it asks about each page
  *                     (fuzz_os_readable) and keeps no walk past the first
- *                     for its memo
+ *                     for its memo; bit 4: the object's file cannot be
+ *                     opened, else it can (fuzz_open and the rest: its
+ *                     bytes are the object's, each segment at its vaddr),
+ *                     so that with a build ID the _dl_find_object walk
+ *                     reads the tables from there (src/unwind_file.c, also
+ *                     compiled in)
  *    1  1  max        frames asked for: 1 + max % STACK_WALK_SLOTS
  *    2  2  sp         the walk's rsp: stack + (sp & ~7), 8-aligned as
  *                     UNWIND_FROM_HERE's always is
@@ -77,7 +82,9 @@
  * input where that does not settle is skipped.
  *
  * Checked besides the sanitizers:
- *   - both lookups (_dl_find_object and dl_iterate_phdr) give the same walk;
+ *   - both lookups (_dl_find_object and dl_iterate_phdr) give the same walk,
+ *     the first from the object's file (unless bit 4), the second from
+ *     memory;
  *   - a walk through a memo gives the frames of one without; a walk it kept
  *     is replayed (unwind_memo_replays() agreeing) with the same frames,
  *     and still is, giving what a walk without the memo gives, after every
@@ -88,6 +95,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <elf.h>
 #include <link.h>
 #include <stdbool.h>
@@ -108,6 +116,27 @@ int fuzz_dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void 
 int fuzz_os_readable(const void *addr);
 
 #define SA_TESTING 1 /* unwind_use_find_object writable: both lookups are tried */
+
+/* The object's file, for unwind_file.c: its system calls renamed to
+ * stand-ins (below) that serve the made-up object's bytes.  The headers
+ * first, so that only unwind_file.c's calls are renamed. */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int fuzz_open(const char *path, int flags, ...);
+ssize_t fuzz_pread(int fd, void *buf, size_t n, off_t at);
+int fuzz_fstat(int fd, struct stat *st);
+int fuzz_close(int fd);
+#define open fuzz_open
+#define pread fuzz_pread
+#define fstat fuzz_fstat
+#define close fuzz_close
+#include "unwind_file.c"
+#undef open
+#undef pread
+#undef fstat
+#undef close
+
 #define _dl_find_object fuzz_dl_find_object
 #define dl_iterate_phdr fuzz_dl_iterate_phdr
 #define os_readable fuzz_os_readable
@@ -149,6 +178,42 @@ static struct {
 } obj;
 static char object_name[] = "/fuzz/unwind-object";
 static struct link_map link_map_of_object = {.l_name = object_name};
+static bool file_readable; /* unless input bit 4 */
+#define FILE_FD 1000
+
+int fuzz_open(const char *path, int flags, ...)
+{
+    (void)flags;
+    if (!file_readable || strcmp(path, object_name)) {
+        errno = ENOENT;
+        return -1;
+    }
+    return FILE_FD;
+}
+
+/* The file holds each segment at its vaddr (make_object: p_offset is
+ * p_vaddr); unwind_file.c reads only inside a segment's p_filesz, all of
+ * it unpoisoned, so a read past one is ASan's to report. */
+ssize_t fuzz_pread(int fd, void *buf, size_t n, off_t at)
+{
+    FUZZ_CHECK(fd == FILE_FD && at >= 0 && (size_t)at <= OBJECT_SPAN && n <= OBJECT_SPAN - (size_t)at);
+    memcpy(buf, (const void *)(object + (uintptr_t)at), n);
+    return (ssize_t)n;
+}
+
+int fuzz_fstat(int fd, struct stat *st)
+{
+    FUZZ_CHECK(fd == FILE_FD);
+    memset(st, 0, sizeof(*st));
+    st->st_mode = S_IFREG | 0644;
+    return 0;
+}
+
+int fuzz_close(int fd)
+{
+    FUZZ_CHECK(fd == FILE_FD);
+    return 0;
+}
 
 bool sa_link_map_may_unload(const void *l)
 {
@@ -366,8 +431,10 @@ static void make_object(const struct input *in)
     eh.e_ident[EI_VERSION] = EV_CURRENT;
     ElfW(Phdr) ph[5] = {
         {.p_type = PT_LOAD, .p_flags = PF_R, .p_vaddr = 0, .p_filesz = PAGE, .p_memsz = PAGE},
-        {.p_type = PT_LOAD, .p_flags = PF_R | PF_X, .p_vaddr = in->text, .p_memsz = in->text_size},
-        {.p_type = PT_LOAD, .p_flags = PF_R, .p_vaddr = in->table, .p_memsz = in->table_len},
+        {.p_type = PT_LOAD, .p_flags = PF_R | PF_X, .p_offset = in->text, .p_vaddr = in->text,
+         .p_filesz = in->text_size, .p_memsz = in->text_size},
+        {.p_type = PT_LOAD, .p_flags = PF_R, .p_offset = in->table, .p_vaddr = in->table,
+         .p_filesz = in->table_len, .p_memsz = in->table_len},
         {.p_type = PT_GNU_EH_FRAME, .p_flags = PF_R, .p_vaddr = in->table + in->hdr_off,
          .p_memsz = in->hdr_len},
         {.p_type = PT_NOTE, .p_flags = PF_R, .p_vaddr = NOTE_AT},
@@ -394,6 +461,7 @@ static void make_object(const struct input *in)
                        ? in->text + in->text_size : in->table + in->table_len;
     obj.map_end = object + ((end + PAGE - 1) & ~(uint32_t)(PAGE - 1));
     obj.permanent = in->flags & 4;
+    file_readable = !(in->flags & 16);
 
     ASAN_UNPOISON_MEMORY_REGION((void *)(object + in->text), in->text_size);
     ASAN_UNPOISON_MEMORY_REGION((void *)(object + in->table), in->table_len);

@@ -19,7 +19,11 @@
  *   - the rules themselves at known addresses: a function's entry, _start;
  *   - the rule cache starts at a few pages and grows once it evicts;
  *   - start-up reads no unwind tables: a process that never samples never
- *     maps them in.
+ *     maps them in;
+ *   - rules read from the objects' files are the rules read where they are
+ *     mapped, for every function of libc, this program and a library, and
+ *     leave the tables' pages unmapped; a library replaced on disk since it
+ *     was loaded is read in memory.
  *
  * Both captures are taken in one function (capture_both), so their first
  * entries are two different return addresses in it; every other entry must
@@ -28,6 +32,7 @@
 #define _GNU_SOURCE /* dlinfo */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <link.h>
@@ -44,6 +49,7 @@
 #include "stack.h"
 #include "unit.h"
 #include "unwind.h"
+#include "unwind_file.h"
 
 #define MAXF 256
 
@@ -1022,6 +1028,233 @@ static void test_unwind_warm_up_walks_no_stack(void **state)
     assert_int_equal(after.objects, before.objects);
 }
 
+
+/* ---- tables read from files (unwind_file.h) ---- */
+
+/* An object's .eh_frame_hdr, found for a code address in it. */
+struct eh_hdr {
+    uintptr_t code, hdr, hdr_len;
+    uintptr_t seg_end; /* end of the read-only segment holding it */
+};
+
+static int find_hdr(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct eh_hdr *h = arg;
+    bool holds = false;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && h->code >= start && h->code - start < ph->p_memsz)
+            holds = true;
+    }
+    if (!holds)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
+            h->hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            h->hdr_len = info->dlpi_phdr[i].p_memsz;
+        }
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && h->hdr >= start && h->hdr - start < ph->p_memsz)
+            h->seg_end = start + ph->p_memsz;
+    }
+    return 1;
+}
+
+static struct eh_hdr hdr_of(const void *code)
+{
+    struct eh_hdr h = {.code = (uintptr_t)code};
+    assert_int_equal(dl_iterate_phdr(find_hdr, &h), 1);
+    assert_true(h.hdr != 0 && h.seg_end > h.hdr);
+    /* What every x86-64 GNU linker writes: version 1, .eh_frame's address
+     * pc-relative sdata4, the count udata4, the table datarel sdata4. */
+    const uint8_t *p = (const uint8_t *)h.hdr;
+    assert_true(p[0] == 1 && p[1] == 0x1b && p[2] == 0x03 && p[3] == 0x3b);
+    return h;
+}
+
+/* The start of function i of the object's table, and how many there are. */
+static uintptr_t function_start(const struct eh_hdr *h, uint32_t i, uint32_t *n)
+{
+    memcpy(n, (const void *)(h->hdr + 8), 4);
+    int32_t start;
+    memcpy(&start, (const void *)(h->hdr + 12 + 8 * (uintptr_t)i), 4);
+    return h->hdr + (intptr_t)start;
+}
+
+struct rule {
+    bool ok, outermost, cfa_rbp;
+    uint32_t cfa_off, rbp_slot;
+};
+
+static struct rule rule_at(uintptr_t pc, bool from_file)
+{
+    bool saved = unwind_file_enabled;
+    unwind_file_enabled = from_file;
+    struct rule r;
+    r.ok = unwind_rule_for_test(pc, &r.outermost, &r.cfa_rbp, &r.cfa_off, &r.rbp_slot);
+    unwind_file_enabled = saved;
+    return r;
+}
+
+static bool same_rule(struct rule a, struct rule b)
+{
+    return a.ok == b.ok && a.outermost == b.outermost && a.cfa_rbp == b.cfa_rbp &&
+           a.cfa_off == b.cfa_off && a.rbp_slot == b.rbp_slot;
+}
+
+/* Every function of the object holding `code`, at its entry, one byte in
+ * and halfway through: the same rule from the file as from memory, and
+ * the file was read. */
+static void file_rules_match(const void *code, const char *what)
+{
+    struct eh_hdr h = hdr_of(code);
+    uint32_t n = 0;
+    function_start(&h, 0, &n);
+    assert_true(n > 0);
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    unsigned compared = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t unused;
+        uintptr_t start = function_start(&h, i, &n);
+        uintptr_t next = i + 1 < n ? function_start(&h, i + 1, &unused) : start + 2;
+        uintptr_t at[3] = {start, start + 1, start + (next - start) / 2};
+        for (int k = 0; k < 3; k++) {
+            struct rule m = rule_at(at[k], false), f = rule_at(at[k], true);
+            if (!same_rule(m, f))
+                fail_msg("%s: function %u of %u, pc %#lx: the file's rule differs", what, i, n,
+                         (unsigned long)at[k]);
+            compared++;
+        }
+    }
+    unwind_get_stats(&after);
+    fprintf(stderr, "# %s: %u rules, %lu read from the file\n", what, compared,
+            (unsigned long)(after.from_files - before.from_files));
+    /* every second computation was with files on; a few PCs of an
+     * object can lie in no loaded segment (none then is read) */
+    assert_true(after.from_files - before.from_files >= compared * 9 / 10);
+}
+
+static void test_unwind_rules_from_files_match_memory(void **state)
+{
+    (void)state;
+    file_rules_match((const void *)qsort, "libc");
+    file_rules_match((const void *)capture_both, "this program");
+    struct both b;
+    uintptr_t at;
+    void *h = through_library("libunwind_a.so", &b, &at);
+    file_rules_match((const void *)at, "libunwind_a.so");
+    dlclose(h);
+}
+
+/* Present pages of [lo, hi), page-aligned, from /proc/self/pagemap. */
+static unsigned present_pages(uintptr_t lo, uintptr_t hi)
+{
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    assert_true(fd >= 0);
+    unsigned n = 0;
+    for (uintptr_t p = lo; p < hi; p += 4096) {
+        uint64_t e = 0;
+        assert_int_equal(pread(fd, &e, 8, (off_t)(p / 4096 * 8)), 8);
+        n += (unsigned)(e >> 63);
+    }
+    close(fd);
+    return n;
+}
+
+/* A rule computed for libc code leaves libc's unwind tables unmapped when
+ * read from its file; read in memory (the control), it maps them. */
+static void test_unwind_reads_tables_without_mapping_them(void **state)
+{
+    (void)state;
+    struct eh_hdr h = hdr_of((const void *)qsort);
+    /* From the table to the end of its segment: .eh_frame too.  Clean
+     * pages of the file: dropping them loses nothing (a read maps them
+     * again). */
+    uintptr_t lo = h.hdr / 4096 * 4096, hi = (h.seg_end + 4095) / 4096 * 4096;
+    uint32_t n;
+    uintptr_t pc = function_start(&h, 0, &n);
+    pc = function_start(&h, n / 2, &n) + 1;
+    unsigned mapped[2];
+    for (int from_file = 1; from_file >= 0; from_file--) {
+        assert_int_equal(madvise((void *)lo, hi - lo, MADV_DONTNEED), 0);
+        assert_int_equal(present_pages(lo, hi), 0);
+        struct rule r = rule_at(pc, from_file);
+        assert_true(r.ok);
+        mapped[from_file] = present_pages(lo, hi);
+    }
+    fprintf(stderr, "# libc's tables: %u of %lu pages mapped from memory, %u from the file\n",
+            mapped[0], (unsigned long)((hi - lo) / 4096), mapped[1]);
+    assert_true(mapped[0] > 0); /* else this test proved nothing */
+    assert_int_equal(mapped[1], 0);
+}
+
+/* Copies file `from` to `to` (a new file). */
+static void copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0700);
+    assert_true(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t k;
+    while ((k = read(in, buf, sizeof(buf))) > 0)
+        assert_int_equal(write(out, buf, (size_t)k), k);
+    assert_int_equal(k, 0);
+    close(in);
+    close(out);
+}
+
+/* A library replaced on disk after it was loaded (renamed over, as
+ * package managers do): its file is another build (library b, other frame
+ * sizes), so its rules are read in memory; reading that file would give
+ * b's frame sizes for a's code. */
+static void test_unwind_reads_memory_when_the_file_changed(void **state)
+{
+    (void)state;
+    const char *dir = getenv("TEST_BIN_DIR");
+    char a[4096], b[4096], tmp[] = "/tmp/salloc-unwind-XXXXXX", path[4200], next[4200];
+    snprintf(a, sizeof(a), "%s/libunwind_a.so", dir ? dir : "test/bin");
+    snprintf(b, sizeof(b), "%s/libunwind_b.so", dir ? dir : "test/bin");
+    assert_non_null(mkdtemp(tmp));
+    snprintf(path, sizeof(path), "%s/lib.so", tmp);
+    snprintf(next, sizeof(next), "%s/next.so", tmp);
+    copy_file(a, path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(h);
+    lib_call_fn call = (lib_call_fn)dlsym(h, "unwind_lib_call");
+    assert_non_null(call);
+    struct eh_hdr eh = hdr_of((const void *)call);
+    uint32_t n;
+    function_start(&eh, 0, &n);
+    struct unwind_stats before, after;
+    for (int replaced = 0; replaced <= 1; replaced++) {
+        if (replaced) {
+            copy_file(b, next);
+            assert_int_equal(rename(next, path), 0);
+        }
+        unwind_get_stats(&before);
+        for (uint32_t i = 0; i < n; i++) {
+            uintptr_t pc = function_start(&eh, i, &n) + 8;
+            assert_true(same_rule(rule_at(pc, true), rule_at(pc, false)));
+        }
+        unwind_get_stats(&after);
+        if (replaced)
+            assert_int_equal(after.from_files, before.from_files);
+        else
+            assert_true(after.from_files > before.from_files); /* the file was read */
+    }
+    /* And walks through it are still backtrace()'s. */
+    struct both both;
+    call(capture_cb, &both);
+    assert_same_stack(&both, "through a library replaced on disk");
+    dlclose(h);
+    unlink(path);
+    rmdir(tmp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1045,6 +1278,9 @@ int main(void)
         cmocka_unit_test(test_unwind_memo_replays_only_the_same_stack),
         cmocka_unit_test(test_unwind_memo_ignores_saved_rbp_nothing_uses),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
+        cmocka_unit_test(test_unwind_rules_from_files_match_memory),
+        cmocka_unit_test(test_unwind_reads_tables_without_mapping_them),
+        cmocka_unit_test(test_unwind_reads_memory_when_the_file_changed),
     };
     return cmocka_run_group_tests_name("unwind", tests, NULL, NULL);
 }
