@@ -13,6 +13,10 @@
  * dumps or errs, keeps that one window.  Laid out in link order alone, all
  * 124 KiB of the code was resident in such a program.
  *
+ * Nor does it map salloc's own unwind tables, which only an unwinder
+ * through salloc's frames reads: with the library's constants beside
+ * them, the first read of one mapped them all (12 of 13 pages).
+ *
  * The count is of pages mapped into this process (/proc/self/pagemap's
  * "present" bit), read at the end, in a child that did the work: the
  * test framework's own allocations stay out of it.
@@ -20,6 +24,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -155,6 +160,53 @@ static int resident_code_pages(int *mapping_pages)
     return present;
 }
 
+/* The segment of salloc's that holds its unwind tables (.eh_frame_hdr,
+ * .eh_frame): its range, found through the loader. */
+static int find_tables(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    uintptr_t *range = arg, hdr = 0;
+    if (!strstr(info->dlpi_name, "libsalloc"))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+            hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && hdr >= start && hdr - start < ph->p_memsz) {
+            range[0] = start;
+            range[1] = start + ph->p_memsz;
+        }
+    }
+    return 1;
+}
+
+/* Present pages of salloc's unwind-table segment, and its length in pages
+ * (-1 if not found).  Only an unwinder through salloc's own frames reads
+ * them (an exception thrown through operator new, a debugger): the
+ * library's constants are linked into its first segment, away from them
+ * (src/salloc_text.ld), so that a read of a constant does not map the
+ * tables with the 64 KiB around it. */
+static int resident_table_pages(int *segment_pages)
+{
+    uintptr_t range[2] = {0, 0};
+    int pagemap = open("/proc/self/pagemap", O_RDONLY);
+    if (pagemap < 0 || dl_iterate_phdr(find_tables, range) != 1 || !range[0])
+        return -1;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    int present = 0;
+    *segment_pages = 0;
+    for (uintptr_t a = range[0] / page * page; a < range[1]; a += page) {
+        uint64_t entry = 0;
+        (*segment_pages)++;
+        if (pread(pagemap, &entry, sizeof(entry), (off_t)(a / page * 8)) == 8 && (entry >> 63))
+            present++;
+    }
+    close(pagemap);
+    return present;
+}
+
 /* Runs the work in a fresh exec of this program under SALLOC_CONF=`conf`
  * and checks that it kept to one window of salloc's code. */
 static void check_one_window(const char *conf)
@@ -183,12 +235,14 @@ static void check_one_window(const char *conf)
     child_run("test_resident_text", "work", conf, false, &o);
     assert_int_equal(o.signal, 0);
     assert_int_equal(o.status, 0);
-    int present = -1, pages = 0;
-    assert_int_equal(sscanf(o.out, "%d %d", &present, &pages), 2);
-    print_message("salloc's code under SALLOC_CONF=\"%s\": %d of %d pages resident\n", conf, present,
-                  pages);
+    int present = -1, pages = 0, tables = -1, table_pages = 0;
+    assert_int_equal(sscanf(o.out, "%d %d %d %d", &present, &pages, &tables, &table_pages), 4);
+    print_message("salloc's code under SALLOC_CONF=\"%s\": %d of %d pages resident; "
+                  "its unwind tables: %d of %d\n",
+                  conf, present, pages, tables, table_pages);
     assert_true(present > 0);
     assert_true(present * sysconf(_SC_PAGESIZE) <= WINDOW);
+    assert_int_equal(tables, 0);
 }
 
 static void test_ordinary_program_maps_one_window_of_code(void **state)
@@ -211,8 +265,9 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "work") == 0) {
         ordinary_work();
         int pages = 0, present = resident_code_pages(&pages);
-        printf("%d %d\n", present, pages);
-        return present < 0;
+        int table_pages = 0, tables = resident_table_pages(&table_pages);
+        printf("%d %d %d %d\n", present, pages, tables, table_pages);
+        return present < 0 || tables < 0;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ordinary_program_maps_one_window_of_code),
