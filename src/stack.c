@@ -17,6 +17,9 @@
 
 #define SHARDS 64
 #define BUCKETS_PER_SHARD 256
+/* The first table: one page, until it holds FIRST_STACKS (below). */
+#define FIRST_BUCKETS_PER_SHARD 8
+#define FIRST_STACKS 512
 
 /* Section bounds defined by the linker for salloc_text (see the Makefile). */
 extern char __start_salloc_text[] __attribute__((visibility("hidden")));
@@ -36,9 +39,28 @@ static struct shard shards[SHARDS] = {
 };
 SA_BSS_APART static struct prof_stack *chains[SHARDS][BUCKETS_PER_SHARD];
 
+/* The first stacks go to a table of one page, the rest to the whole one.
+ * A hash spreads stacks over every page of the table it indexes: a small
+ * profiled program's few dozen stacks touched 2 or 3 of the whole table's
+ * 32 pages, where the first table takes one.  A program with more stacks
+ * than FIRST_STACKS puts the rest in the whole table; their records stay
+ * where they were published (lookups walk chains without the lock, and a
+ * record never moves), so a lookup tries the first table's chain, then,
+ * once it has filled (`grown`), the whole table's.  Both chains of a hash
+ * are under its shard's lock. */
+SA_BSS_APART static struct prof_stack *first_chains[SHARDS][FIRST_BUCKETS_PER_SHARD]
+    SA_ALIGNED(4096);
+static unsigned first_stacks; /* atomic: stacks in first_chains */
+static bool grown;            /* atomic: new stacks go to `chains` */
+
 static struct prof_stack **chain_of(uint64_t hash)
 {
     return &chains[hash % SHARDS][(hash / SHARDS) % BUCKETS_PER_SHARD];
+}
+
+static struct prof_stack **first_chain_of(uint64_t hash)
+{
+    return &first_chains[hash % SHARDS][(hash / SHARDS) % FIRST_BUCKETS_PER_SHARD];
 }
 
 int stack_in_salloc(const void *addr)
@@ -206,22 +228,39 @@ struct prof_stack *stack_intern(void *const *frames, unsigned depth)
     if (depth == 0) /* no stack to record (walks deferred, stack_capture) */
         return NULL;
     uint64_t h = hash_frames(frames, depth);
-    struct prof_stack **chain = chain_of(h);
-    /* Most samples come from stacks seen before: no lock for those. */
-    struct prof_stack *head = __atomic_load_n(chain, __ATOMIC_ACQUIRE);
-    struct prof_stack *st = find(head, h, frames, depth);
+    struct prof_stack **first = first_chain_of(h), **whole = chain_of(h);
+    /* Most samples come from stacks seen before: no lock for those.  A
+     * stack published in the whole table was published after `grown`
+     * was set; a lookup that missed it finds it under the lock. */
+    struct prof_stack *first_head = __atomic_load_n(first, __ATOMIC_ACQUIRE);
+    struct prof_stack *st = find(first_head, h, frames, depth);
     if (st)
         return st;
+    struct prof_stack *whole_head = NULL;
+    if (__atomic_load_n(&grown, __ATOMIC_ACQUIRE)) {
+        whole_head = __atomic_load_n(whole, __ATOMIC_ACQUIRE);
+        if ((st = find(whole_head, h, frames, depth)))
+            return st;
+    }
     struct shard *sh = &shards[h % SHARDS];
     sa_lock(&sh->lock);
-    struct prof_stack *now = *chain;
-    st = now == head ? NULL : find(now, h, frames, depth); /* added meanwhile? */
+    /* Added meanwhile, to either chain?  Not to the whole table's unless
+     * it has grown, which a stack of this hash could only have seen
+     * under this lock (so the whole table stays untouched till then). */
+    if (*first != first_head)
+        st = find(*first, h, frames, depth);
+    if (!st && __atomic_load_n(&grown, __ATOMIC_RELAXED) && *whole != whole_head)
+        st = find(*whole, h, frames, depth);
     if (!st && (st = meta_alloc(sizeof(*st) + depth * sizeof(void *), 16))) {
+        bool to_whole = __atomic_load_n(&grown, __ATOMIC_RELAXED);
+        struct prof_stack **chain = to_whole ? whole : first;
         st->hash = h;
         st->depth = depth;
         memcpy(st->frames, frames, depth * sizeof(void *));
-        st->next = now;
+        st->next = *chain;
         __atomic_store_n(chain, st, __ATOMIC_RELEASE); /* published whole */
+        if (!to_whole && __atomic_add_fetch(&first_stacks, 1, __ATOMIC_RELAXED) >= FIRST_STACKS)
+            __atomic_store_n(&grown, true, __ATOMIC_RELEASE);
     }
     sa_unlock(&sh->lock);
     return st;
@@ -258,13 +297,21 @@ void stack_accum_add(struct prof_stack *st, size_t usable, uint64_t rate, uint32
     sa_unlock(&sh->lock);
 }
 
+/* Chain b of shard s, counting the first table's chains first: b below
+ * FIRST_BUCKETS_PER_SHARD + BUCKETS_PER_SHARD. */
+static struct prof_stack *shard_chain(unsigned s, unsigned b)
+{
+    return b < FIRST_BUCKETS_PER_SHARD ? first_chains[s][b]
+                                       : chains[s][b - FIRST_BUCKETS_PER_SHARD];
+}
+
 void stack_accum_foreach(int (*fn)(const struct stack_accum *, struct prof_stack *, void *),
                          void *arg)
 {
     for (unsigned s = 0; s < SHARDS; s++) {
         sa_lock(&shards[s].lock);
-        for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
-            for (struct prof_stack *st = chains[s][b]; st; st = st->next)
+        for (unsigned b = 0; b < FIRST_BUCKETS_PER_SHARD + BUCKETS_PER_SHARD; b++)
+            for (struct prof_stack *st = shard_chain(s, b); st; st = st->next)
                 for (struct stack_accum *g = st->accum; g; g = g->next)
                     if (g->count && !fn(g, st, arg)) {
                         sa_unlock(&shards[s].lock);
@@ -292,8 +339,8 @@ void stack_accum_reset(uint32_t epoch)
             sa_unlock(&shards[s].lock);
             return;
         }
-        for (unsigned b = 0; b < BUCKETS_PER_SHARD; b++)
-            for (struct prof_stack *st = chains[s][b]; st; st = st->next)
+        for (unsigned b = 0; b < FIRST_BUCKETS_PER_SHARD + BUCKETS_PER_SHARD; b++)
+            for (struct prof_stack *st = shard_chain(s, b); st; st = st->next)
                 for (struct stack_accum *g = st->accum; g; g = g->next)
                     g->count = 0;
         sa_unlock(&shards[s].lock);

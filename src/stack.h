@@ -13,9 +13,11 @@
  * section (the Makefile renames it), so the stack starts at the caller of
  * malloc/calloc/..., in the shared library and in a static link alike.
  *
- * The table: 64 shards, each a lock (LOCK_RANK_STACKS) and a hash chain;
- * records come from meta.c and live forever (a dump or a sample may refer
- * to them at any time), so samples on different stacks rarely contend.
+ * The table: 64 shards, each a lock (LOCK_RANK_STACKS) and its hash
+ * chains, in one page for a program's first 512 stacks and in the whole
+ * 128 KiB table after (stack.c); records come from meta.c and live forever
+ * (a dump or a sample may refer to them at any time), so samples on
+ * different stacks rarely contend.
  */
 #ifndef SA_STACK_H
 #define SA_STACK_H
