@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "unwind_file.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -64,16 +65,21 @@ static bool open_verified(struct unwind_file *f, const struct unwind_file_object
     return true;
 }
 
+/* Every call below leaves errno as it found it: a sample must not change
+ * it (the file missing, the vDSO's name, a refused open). */
+
 bool unwind_file_select(struct unwind_file *f, const struct unwind_file_object *o)
 {
     if (f->object == o->map_start)
         return f->usable;
     unwind_file_end(f);
+    int saved = errno;
     f->object = o->map_start;
     f->base = o->base;
     f->phdr = o->phdr;
     f->phnum = o->phnum;
     f->usable = unwind_file_enabled && open_verified(f, o);
+    errno = saved;
     return f->usable;
 }
 
@@ -81,7 +87,12 @@ bool unwind_file_read(const struct unwind_file *f, uintptr_t addr, void *buf, si
 {
     size_t room;
     off_t at = f->usable ? file_offset(f->base, f->phdr, f->phnum, addr, &room) : -1;
-    return at >= 0 && room >= len && pread(f->fd, buf, len, at) == (ssize_t)len;
+    if (at < 0 || room < len)
+        return false;
+    int saved = errno;
+    bool ok = pread(f->fd, buf, len, at) == (ssize_t)len;
+    errno = saved;
+    return ok;
 }
 
 size_t unwind_file_read_upto(const struct unwind_file *f, uintptr_t addr, void *buf, size_t max)
@@ -90,13 +101,18 @@ size_t unwind_file_read_upto(const struct unwind_file *f, uintptr_t addr, void *
     off_t at = f->usable ? file_offset(f->base, f->phdr, f->phnum, addr, &room) : -1;
     if (at < 0)
         return 0;
+    int saved = errno;
     ssize_t got = pread(f->fd, buf, room < max ? room : max, at);
+    errno = saved;
     return got > 0 ? (size_t)got : 0;
 }
 
 void unwind_file_end(struct unwind_file *f)
 {
-    if (f->fd >= 0)
+    if (f->fd >= 0) {
+        int saved = errno;
         close(f->fd);
+        errno = saved;
+    }
     unwind_file_start(f);
 }

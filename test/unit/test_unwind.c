@@ -23,7 +23,8 @@
  *   - rules read from the objects' files are the rules read where they are
  *     mapped, for every function of libc, this program and a library, and
  *     leave the tables' pages unmapped; a library replaced on disk since it
- *     was loaded is read in memory.
+ *     was loaded, or whose file is gone, is read in memory, and errno is
+ *     left as it was.
  *
  * Both captures are taken in one function (capture_both), so their first
  * entries are two different return addresses in it; every other entry must
@@ -1253,8 +1254,17 @@ static void test_unwind_reads_memory_when_the_file_changed(void **state)
     struct both both;
     call(capture_cb, &both);
     assert_same_stack(&both, "through a library replaced on disk");
+    /* Its file gone: read in memory, and errno, which the refused open
+     * set, as the program left it (a sample must not change it). */
+    assert_int_equal(unlink(path), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        uintptr_t pc = function_start(&eh, i, &n) + 8;
+        errno = EILSEQ;
+        struct rule r = rule_at(pc, true);
+        assert_int_equal(errno, EILSEQ);
+        assert_true(same_rule(r, rule_at(pc, false)));
+    }
     dlclose(h);
-    unlink(path);
     rmdir(tmp);
 }
 
