@@ -83,18 +83,6 @@ bool unwind_file_select(struct unwind_file *f, const struct unwind_file_object *
     return f->usable;
 }
 
-bool unwind_file_read(const struct unwind_file *f, uintptr_t addr, void *buf, size_t len)
-{
-    size_t room;
-    off_t at = f->usable ? file_offset(f->base, f->phdr, f->phnum, addr, &room) : -1;
-    if (at < 0 || room < len)
-        return false;
-    int saved = errno;
-    bool ok = pread(f->fd, buf, len, at) == (ssize_t)len;
-    errno = saved;
-    return ok;
-}
-
 size_t unwind_file_read_upto(const struct unwind_file *f, uintptr_t addr, void *buf, size_t max)
 {
     size_t room;
@@ -105,6 +93,11 @@ size_t unwind_file_read_upto(const struct unwind_file *f, uintptr_t addr, void *
     ssize_t got = pread(f->fd, buf, room < max ? room : max, at);
     errno = saved;
     return got > 0 ? (size_t)got : 0;
+}
+
+bool unwind_file_read(const struct unwind_file *f, uintptr_t addr, void *buf, size_t len)
+{
+    return unwind_file_read_upto(f, addr, buf, len) == len;
 }
 
 void unwind_file_end(struct unwind_file *f)
