@@ -37,7 +37,9 @@ bool opt_tcache = true;
 size_t opt_tcache_max = SA_MAX_SMALL;
 size_t opt_lg_tcache_max = 18;
 _Static_assert(SA_MAX_SMALL == (size_t)1 << 18, "opt_lg_tcache_max is log2(opt_tcache_max)");
-char opt_thp[CONF_CHOICE_MAX] = "auto";
+/* "default", as jemalloc's: the heap asks nothing of the kernel about huge
+ * pages (pageheap.c, "transparent huge pages", says why not "auto"). */
+char opt_thp[CONF_CHOICE_MAX] = "default";
 bool opt_stats_print = false;
 char opt_stats_print_opts[CONF_FLAGS_MAX] = "";
 char opt_zero_realloc[CONF_CHOICE_MAX] = "free";

@@ -291,11 +291,22 @@ static void recent_flush(void)
  *
  * Under "auto", chunks mapped beyond the heap's first THP_AFTER bytes are
  * advised MADV_HUGEPAGE: a heap that big gains from one TLB entry per 2 MiB
- * (phase/heap=256MiB took about half the time), where a small program
- * would pay 2 MiB of resident memory for the first page it touches.  Past
- * 32 MiB (the first chunk) a heap of 45 MiB paid 1.5 MB more at its peak
- * (sizemix/live=100000, +3%) and ran no faster; past 64 MiB the 256 MiB
- * heap is as fast.  ("always" advises every chunk.)
+ * (phase/heap=256MiB took about half the time where huge pages came
+ * cheap), where a small program would pay 2 MiB of resident memory for the
+ * first page it touches.  Past 32 MiB (the first chunk) a heap of 45 MiB
+ * paid 1.5 MB more at its peak (sizemix/live=100000, +3%) and ran no
+ * faster; past 64 MiB the 256 MiB heap is as fast.  ("always" advises
+ * every chunk.)
+ *
+ * "auto" is not the default ("default" is, as in jemalloc: no advice, the
+ * system's setting).  Where a virtual machine's host takes back the
+ * guest's free memory (free page reporting, as on the bench VM), a fault
+ * that zeroes a fresh 2 MiB page makes the host back it again 4 KiB at a
+ * time: phase/heap=256MiB took 902 ns an allocation under "auto" against
+ * 395 under "default" (mimalloc 374, jemalloc 432; medians of 7 paired
+ * rounds), and "auto" was that slow in every bench-compare run of six.
+ * Only where huge-page faults are cheap (bare metal, a host that backs its
+ * guests) is "auto" the faster.
  *
  * But khugepaged collapses any advised 2 MiB range with one page still
  * present into a huge page again, filling in the pages decay purged.  So

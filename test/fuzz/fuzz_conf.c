@@ -38,7 +38,7 @@ static const char defaults[] =
     "prof_accum:false,lg_prof_interval:-1,prof_gdump:false,"
     "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
     "prof_peak_pct:10,prof_final_peak:false,check:false,prof_guard:false,"
-    "lg_prof_guard_every:-1,thp:auto,prof_leak:false,prof_leak_error:false,"
+    "lg_prof_guard_every:-1,thp:default,prof_leak:false,prof_leak_error:false,"
     "stats_print:false,stats_print_opts:,prof_sys_thread_name:false,abort:false,"
     "zero_realloc:free,tcache:true,tcache_max:262144,junk:false,zero:false,"
     "prof_recent_alloc_max:0";

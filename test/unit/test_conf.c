@@ -45,7 +45,7 @@ static int reset(void **state)
                          "prof_leak:false,prof_leak_error:false,stats_print:false,stats_print_opts:,"
                          "prof_sys_thread_name:false,abort:false,zero_realloc:free,"
                          "dirty_decay_ms:10000,abort_conf:false,prof_format:heap,prof_unwind:fast,"
-                         "thp:auto,tcache:true,tcache_max:262144,junk:false,zero:false,"
+                         "thp:default,tcache:true,tcache_max:262144,junk:false,zero:false,"
                          "prof_recent_alloc_max:0",
                          "reset");
     return bad;

@@ -66,7 +66,7 @@ static void test_ctl_reads(void **state)
     assert_true(read_b("opt.tcache"));
     assert_true(read_b("opt.retain"));
     assert_int_equal(mallctl("opt.thp", &v, &len, NULL, 0), 0);
-    assert_string_equal(v, "auto");
+    assert_string_equal(v, "default");
     assert_int_equal(mallctl("opt.thp", NULL, NULL, &v, sizeof(v)), EPERM);
     assert_int_equal(read_z("arenas.page"), 8192);
     assert_int_equal(read_z("arenas.quantum"), 16);
