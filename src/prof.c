@@ -679,13 +679,23 @@ static struct span *spare_take_locked(struct sample_shard *sh, size_t len, size_
     return NULL;
 }
 
-/* Under sh's lock: keeps mapping `m`, freed at `now`, as a spare of sh;
- * false if there is no room or `decays` is false (dirty_decay_ms 0). */
-static bool spare_keep_locked(struct sample_shard *sh, struct span *m, uint64_t now, bool decays)
+/* Under sh's lock: keeps mapping `m`, freed at `now`, as a spare of sh,
+ * making room by taking out the spares freed longest ago, into out[]
+ * (*nout of them, at most SHARD_SPARES: the caller gives them to
+ * sampled_pages.c once the lock is released); false if `m` is longer than
+ * a shard keeps or `decays` is false (dirty_decay_ms 0).  Room for the
+ * newest, not the oldest: one spare of a length the thread no longer
+ * samples (a 1 KiB sample of a program's start-up, say) left no room for
+ * a 64 KiB mapping, and sent every later 64 KiB sample of pair/65536
+ * through sampled_pages.c's shared slots. */
+static bool spare_keep_locked(struct sample_shard *sh, struct span *m, uint64_t now, bool decays,
+                              struct span **out, unsigned *nout)
 {
     size_t len = map_bytes(m);
-    if (!decays || sh->nspares == SHARD_SPARES || sh->spare_bytes + len > SHARD_SPARE_BYTES)
+    if (!decays || len > SHARD_SPARE_BYTES)
         return false;
+    while (sh->nspares == SHARD_SPARES || sh->spare_bytes + len > SHARD_SPARE_BYTES)
+        out[(*nout)++] = spare_remove_locked(sh, 0); /* spares are in the order freed */
     sh->spare_map[sh->nspares] = m;
     sh->spare_freed_at[sh->nspares++] = now;
     __atomic_store_n(&sh->spare_bytes, sh->spare_bytes + (uint32_t)len, __ATOMIC_RELAXED);
@@ -1102,10 +1112,14 @@ size_t prof_free_sampled(struct span *span, void **proxy)
     if (prof_test_before_spare_keep) /* dirty_decay_ms set to 0 here, say */
         prof_test_before_spare_keep();
 #endif
+    struct span *out[SHARD_SPARES];
+    unsigned nout = 0;
     sa_polled_lock(&sh->lock);
     sample_release_locked(sh, s, false);
-    bool kept = spare_keep_locked(sh, span, now, decay_ms != 0);
+    bool kept = spare_keep_locked(sh, span, now, decay_ms != 0, out, &nout);
     sa_polled_unlock(&sh->lock);
+    for (unsigned k = 0; k < nout; k++)
+        sampled_pages_put(out[k]);
     if (!kept)
         sampled_pages_put(span);
     else if (pageheap_decay_ms() == 0)

@@ -120,7 +120,8 @@ size_t prof_peak_buffer_bytes(void);
 /* Bytes of freed sampled mappings the sample shards keep for their next
  * samples (dirty: statistics count them with sampled_pages_dirty()).  A
  * shard keeps at most PROF_SHARD_SPARES of them, PROF_SHARD_SPARE_BYTES in
- * all. */
+ * all: a mapping freed when they are full pushes out the ones freed longest
+ * ago. */
 #define PROF_SHARD_SPARES 4
 #define PROF_SHARD_SPARE_BYTES ((size_t)64 << 10)
 size_t prof_spare_bytes(void);

@@ -5,8 +5,10 @@
  *   - a freed sample's mapping comes back to the thread's next sample of
  *     its length, at the same address; another length does not take it;
  *   - a shard keeps a few (samples freed in any order), the most recently
- *     freed first out, up to a count and a byte bound; the rest go to
- *     sampled_pages' cache;
+ *     freed first out, up to a count and a byte bound; a mapping freed
+ *     when they are full pushes the ones freed longest ago out to
+ *     sampled_pages' cache, so a spare of a length no longer sampled does
+ *     not keep out the length sampled now;
  *   - a sample freed by another thread leaves its mapping to the shard of
  *     the thread that took it, whose next sample gets it;
  *   - spares count as dirty, malloc_trim purges them, and so does decay
@@ -136,7 +138,8 @@ static void test_spares_hold_samples_freed_in_any_order(void **state)
 
 /* At most SPARES_MAX spares and SPARE_BYTES_MAX bytes of them a shard: the
  * rest wait in sampled_pages' cache, so a thread that freed many samples
- * at once keeps no more than that for itself. */
+ * at once keeps no more than that for itself.  The shard keeps the ones
+ * freed last. */
 static void test_spares_are_bounded(void **state)
 {
     (void)state;
@@ -149,6 +152,11 @@ static void test_spares_are_bounded(void **state)
         free(small[i]);
     assert_int_equal(prof_spare_bytes(), SPARES_MAX * SA_PAGE_SIZE);
     assert_int_equal(sampled_pages_dirty(), SA_PAGE_SIZE); /* the one over */
+    for (int i = SPARES_MAX; i >= 1; i--) /* small[0], freed first, went out */
+        assert_ptr_equal(sampled_malloc(SMALL), small[i]);
+    assert_int_equal(prof_spare_bytes(), 0);
+    for (int i = 1; i <= SPARES_MAX; i++)
+        free(small[i]);
     malloc_trim(0);
     enum { N = SPARE_BYTES_MAX / OTHER + 1 };
     char *other[N];
@@ -158,6 +166,27 @@ static void test_spares_are_bounded(void **state)
         free(other[i]);
     assert_int_equal(prof_spare_bytes(), (N - 1) * OTHER);
     assert_int_equal(sampled_pages_dirty(), OTHER);
+}
+
+/* A spare of a length the thread samples no more (start-up's small one)
+ * leaves room for the length it samples now, the shard's whole byte bound:
+ * the big mapping pushes it out, and comes back to the next sample of its
+ * length from the shard.  (Kept first come, the small spare stayed, and
+ * every big sample went through sampled_pages' shared cache.) */
+static void test_a_new_length_pushes_out_an_old_spare(void **state)
+{
+    (void)state;
+    sampled_and_freed(10000, 1); /* a SMALL spare */
+    assert_int_equal(prof_spare_bytes(), SA_PAGE_SIZE);
+    size_t cache_before = sampled_pages_dirty();
+    for (int i = 0; i < 3; i++) {
+        char *big = sampled_malloc(SPARE_BYTES_MAX);
+        free(big);
+        assert_int_equal(prof_spare_bytes(), SPARE_BYTES_MAX);
+        /* the small spare went to the cache once; the big one never */
+        assert_int_equal(sampled_pages_dirty(), cache_before + SA_PAGE_SIZE);
+    }
+    malloc_trim(0);
 }
 
 static pthread_barrier_t step;
@@ -482,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_spare_reused_by_the_next_sample_of_its_length),
         cmocka_unit_test(test_spares_hold_samples_freed_in_any_order),
         cmocka_unit_test(test_spares_are_bounded),
+        cmocka_unit_test(test_a_new_length_pushes_out_an_old_spare),
         cmocka_unit_test(test_spare_goes_home_when_freed_elsewhere),
         cmocka_unit_test(test_spare_is_dirty_and_purged_by_trim),
         cmocka_unit_test(test_spare_decays_when_idle),
