@@ -272,7 +272,7 @@ TEST_PROGRAMS := test/bin/cxx_threads test/bin/cxx_new_check test/bin/prof_sites
                  $(if $(JEMALLOC_HEADER),test/bin/jemalloc_linked)
 
 test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG_TESTS) $(TEST_PROGRAMS) \
-      bench/bin/callgrind_pair
+      bench/bin/callgrind_pair bench/bin/sample_cost
 	@sh test/check_exports.sh lib/libsalloc.so
 	@SA_DEBUG=$(SA_DEBUG) sh test/check_layout.sh lib/libsalloc.so build/lib/libsalloc.map $(COLD_SRCS:src/%.c=build/lib/%.o)
 	@fail=0; \
@@ -309,6 +309,9 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	    echo "== fast-path instruction counts against bench/fastpath.golden"; \
 	    bash bench/callgrind.sh --check || fail=1; \
 	else echo "SKIP: fast-path instruction counts: valgrind is not installed"; fi; \
+	echo "== bench/bin/sample_cost --check (LD_PRELOAD=lib/libsalloc.so, SALLOC_CONF=lg_prof_sample:12)"; \
+	$(TEST_ENV) SALLOC_CONF=lg_prof_sample:12 LD_PRELOAD=$(CURDIR)/lib/libsalloc.so \
+	    bench/bin/sample_cost --check 1024 200000 || fail=1; \
 	exit $$fail
 	@if $(FUZZ_PROBE); then $(MAKE) --no-print-directory fuzz-smoke; \
 	else echo "SKIP: fuzzing: clang/libFuzzer not installed"; fi
@@ -444,7 +447,7 @@ run: all tools
 # benchmark.  No allocator is linked: the scripts swap allocators with
 # LD_PRELOAD, so every allocator runs the same code.  -fno-builtin-*: the
 # compiler must not delete or merge the allocation calls we measure.
-BENCH_C      := $(filter-out bench/callgrind_pair.c,$(wildcard bench/*.c))
+BENCH_C      := $(filter-out bench/callgrind_pair.c bench/sample_cost.c,$(wildcard bench/*.c))
 BENCH_OBJS   := $(BENCH_C:bench/%.c=build/bench/%.o)
 BENCH_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -pthread \
                 -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc
@@ -462,7 +465,10 @@ bench/bin/cxx_workload: bench/cxx_workload.cc | bench/bin
 bench/bin/callgrind_pair: bench/callgrind_pair.c | bench/bin
 	$(CC) $(BENCH_CFLAGS) -o $@ $<
 
-bench: bench/bin/bench_core bench/bin/cxx_workload bench/bin/callgrind_pair
+bench/bin/sample_cost: bench/sample_cost.c | bench/bin
+	$(CC) $(BENCH_CFLAGS) -o $@ $< -lm -ldl
+
+bench: bench/bin/bench_core bench/bin/cxx_workload bench/bin/callgrind_pair bench/bin/sample_cost
 
 bench-compare: all bench/bin/bench_core bench/bin/cxx_workload
 	bash bench/compare.sh
