@@ -465,7 +465,7 @@ bench/bin/cxx_workload: bench/cxx_workload.cc | bench/bin
 bench/bin/callgrind_pair: bench/callgrind_pair.c | bench/bin
 	$(CC) $(BENCH_CFLAGS) -o $@ $<
 
-bench/bin/sample_cost: bench/sample_cost.c | bench/bin
+bench/bin/sample_cost: bench/sample_cost.c bench/bench_util.h | bench/bin
 	$(CC) $(BENCH_CFLAGS) -o $@ $< -lm -ldl
 
 bench: bench/bin/bench_core bench/bin/cxx_workload bench/bin/callgrind_pair bench/bin/sample_cost

@@ -45,7 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench_util.h" /* escape, die, bench_now_ns */
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -59,12 +60,7 @@ static inline uint64_t stamp(void)
 }
 #else
 #define UNIT "ns"
-static inline uint64_t stamp(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static inline uint64_t stamp(void) { return bench_now_ns(); }
 #endif
 
 #define PRIMING_PAIRS 64
@@ -75,12 +71,6 @@ struct calls {
     uint32_t *malloc_ticks, *free_ticks;
     size_t n;
 };
-
-static void die(const char *what)
-{
-    fprintf(stderr, "sample_cost: %s\n", what);
-    exit(2);
-}
 
 /* An array the allocator under test does not serve, so that keeping the
  * timings allocates nothing during the pairs. */
@@ -100,21 +90,14 @@ static void keep(struct calls *c, uint64_t m, uint64_t f)
     c->n++;
 }
 
-static void *escape(void *p)
-{
-    __asm__ volatile("" : "+r"(p) : : "memory");
-    return p;
-}
-
 /* The block most of PRIMING_PAIRS pairs got (a sample among them differs). */
 static void *usual_block(size_t size)
 {
     void *seen[PRIMING_PAIRS];
     for (int i = 0; i < PRIMING_PAIRS; i++) {
-        char *p = escape(malloc(size));
-        if (!p)
-            die("malloc failed");
+        char *p = alloc_or_die(size);
         p[0] = 1;
+        escape(p);
         seen[i] = p;
         free(p);
     }
@@ -186,8 +169,10 @@ int main(int argc, char **argv)
         argc--, argv++;
     size_t size = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
     unsigned long pairs = argc > 2 ? strtoul(argv[2], NULL, 10) : 8000000;
-    if (argc > 3 || size == 0 || pairs == 0)
-        die("usage: sample_cost [--check] [SIZE [PAIRS]]");
+    if (argc > 3 || size == 0 || pairs == 0) {
+        fprintf(stderr, "usage: sample_cost [--check] [SIZE [PAIRS]]\n");
+        return 2;
+    }
 
     struct calls sampled = {ticks_array(), ticks_array(), 0};
     struct calls unsampled = {ticks_array(), ticks_array(), 0};
@@ -195,11 +180,12 @@ int main(int argc, char **argv)
     unsigned long nsampled = 0;
     for (unsigned long i = 0; i < pairs; i++) {
         uint64_t t0 = stamp();
-        char *p = escape(malloc(size));
+        char *p = malloc(size);
         uint64_t t1 = stamp();
         if (!p)
-            die("malloc failed");
+            die("malloc returned NULL");
         p[0] = 1;
+        escape(p);
         uint64_t t2 = stamp();
         free(p);
         uint64_t t3 = stamp();
