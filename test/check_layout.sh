@@ -5,12 +5,16 @@
 # say why):
 #   1. no DT_FINI: the dynamic linker would call _fini, at the very end of
 #      the text, at exit, and the kernel would map the cold code around it;
-#   2. in salloc_text, the functions src/hot_text.list names (input
-#      sections salloc_hot) come first and end within the 64 KiB that
-#      starts the text segment, which starts on a 64 KiB boundary; after
-#      them, the cold objects come after every other object (MAP is the
-#      linker's map of LIB; an SA_DEBUG build, whose checks make the
-#      code bigger, may run past the 64 KiB);
+#   2. in salloc_text, the functions src/hot_text.list and
+#      src/sample_text.list name (input sections salloc_hot and
+#      salloc_sample) come first and end within the 64 KiB that starts the
+#      text segment, which starts on a 64 KiB boundary; after them, the
+#      cold objects come after every other object (MAP is the linker's map
+#      of LIB; an SA_DEBUG build, whose checks make the code bigger, may
+#      run past the 64 KiB);
+#   2a. what a sample runs (salloc_sample) lies together, before the rest
+#      of the hot code, and every name src/sample_text.list gives is a
+#      function of LIB (a renamed one would quietly leave the group);
 #   3. with .lbss (GCC), .bss holds only small variables: at most 16 KiB;
 #   4. the entry points with a fast path start on a 64-byte boundary
 #      (SA_EXPORT_FAST, src/util.h).
@@ -31,7 +35,9 @@ if [ -z "$order" ]; then
     echo "check_layout: no salloc_text input sections in $map"
     fail=1
 fi
-hot=$(awk '$1 == "salloc_hot" && NF == 4 { print $2, $3, $4 }' "$map")
+hot=$(awk '($1 == "salloc_hot" || $1 == "salloc_sample") && NF == 4 { print $2, $3, $4 }' "$map")
+sample=$(awk '$1 == "salloc_sample" && NF == 4 { print $2, $3, $4 }' "$map")
+only_hot=$(awk '$1 == "salloc_hot" && NF == 4 { print $2, $3, $4 }' "$map")
 # "LOAD 0xOFF 0xVADDR ... R E 0xALIGN": the text segment's start.
 text_start=$(readelf -lW "$lib" | awk '$1 == "LOAD" && $8 == "E" { print $3; exit }')
 if [ -z "$hot" ] || [ -z "$text_start" ]; then
@@ -49,6 +55,29 @@ else
         fail=1
     elif [ "$first_rest" -lt "$hot_end" ]; then
         echo "check_layout: other code (first at $first_rest) lies among the hot code (ends at $hot_end)"
+        fail=1
+    fi
+fi
+# 2a.  The list's names (no comments, no .cold ending) against the
+# library's functions (t or T, without gcc's clone suffixes).
+sample_list=${SAMPLE_TEXT:-$(dirname "$0")/../src/sample_text.list}
+functions=" $(nm --defined-only "$lib" | awk '$2 == "t" || $2 == "T" { sub(/\..*/, "", $3); print $3 }' | tr '\n' ' ')"
+missing=$(sed 's/#.*//; s/[[:space:]]//g; s/\.cold$//' "$sample_list" | grep . | while read -r name; do
+    case "$functions" in *" $name "*) ;; *) printf ' %s' "$name" ;; esac
+done)
+if [ -n "$missing" ]; then
+    echo "check_layout: $sample_list names what is no function of $lib:$missing"
+    fail=1
+fi
+sample_end=0
+if [ -z "$sample" ]; then
+    echo "check_layout: no salloc_sample input sections in $map"
+    fail=1
+else
+    sample_end=$(echo "$sample" | while read -r addr size obj; do printf '%d\n' $((addr + size)); done | sort -n | tail -1)
+    first_hot=$(echo "$only_hot" | while read -r addr size obj; do printf '%d\n' $((addr)); done | sort -n | head -1)
+    if [ -n "$first_hot" ] && [ "$sample_end" -gt "$first_hot" ]; then
+        echo "check_layout: the sample path's code (ends at $sample_end) is not all before the other hot code (first at $first_hot)"
         fail=1
     fi
 fi
@@ -89,5 +118,5 @@ for sym in $fast; do
     fi
 done
 
-[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; hot code $((hot_end - text_start)) bytes into the text segment's first 64 KiB; cold code after byte $last_hot of salloc_text; $bss_note; fast entry points 64-byte aligned"
+[ $fail = 0 ] && echo "check_layout: $lib: no DT_FINI; hot code $((hot_end - text_start)) bytes into the text segment's first 64 KiB (the sample path's $((sample_end - text_start)) first); cold code after byte $last_hot of salloc_text; $bss_note; fast entry points 64-byte aligned"
 exit $fail
