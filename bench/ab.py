@@ -32,6 +32,14 @@ different speeds, an unpinned run lands on either: unpinned, the bitmap
 change's sizemix/live=10000 read 1.19 and 1.17 in two 9-round runs, pinned
 1.01, as a standalone run under cachegrind (equal counts) said it should.
 
+-s SIZE[,SIZE...] runs bench/bin/sample_cost SIZE instead (-p PAIRS each,
+default 3,000,000), for a change to the sampled path: the keys are the
+mean TSC ticks of a sampled malloc and of its free (sampled_malloc,
+sampled_free), and of the unsampled calls for reference.  A sample is rare
+and its cost is mostly what it waits for in caches gone cold, so it moves
+more from run to run than the rows do: the layout of the sampled path's
+code (src/sample_text.list) showed through only with -r 50, alternating.
+
 Unlike compare.sh (the issue's table against the other allocators), this
 measures time only, not RSS, and prints nothing but the ratios.
 """
@@ -47,6 +55,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Time per operation, and phase's per-part times (bodies_memory.c).
 KEYS = ('real_time', 'build_ns', 'free_most_ns', 'rebuild_ns', 'free_rest_ns')
+# sample_cost's (-s): mean TSC ticks a call.
+SAMPLE_KEYS = ('sampled_malloc', 'sampled_free', 'unsampled_malloc', 'unsampled_free')
 
 
 def parse_config(arg):
@@ -94,13 +104,47 @@ def run_once(binary, regex, min_time, lib, conf, cpu=None):
     return json.loads(out.stdout)['benchmarks']
 
 
+# sample_cost's report: "  malloc  median N  p90 N  mean X", first for the
+# sampled calls, then for the unsampled ones ("  malloc  none" if no call
+# was sampled).
+SAMPLE_LINE = re.compile(r'^  (malloc|free)\s+(?:median.*mean\s+([0-9.]+)|none)')
+
+
+def run_sample_cost(binary, size, pairs, lib, conf):
+    """{key: mean ticks} of one sample_cost run: sampled_malloc, sampled_free,
+    unsampled_malloc, unsampled_free (the sampled ones absent if none was)."""
+    env = dict(os.environ)
+    env.pop('LD_PRELOAD', None)
+    if lib != '-':
+        env['LD_PRELOAD'] = os.path.abspath(lib)
+    if conf is not None:
+        env['SALLOC_CONF'] = conf
+    env['AB_PAD'] = 'x' * random.randint(0, 4096)
+    out = subprocess.run([binary, str(size), str(pairs)], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-500:])
+    values, seen = {}, set()
+    for line in out.stdout.splitlines():
+        m = SAMPLE_LINE.match(line)
+        if m:
+            kind = 'unsampled' if m.group(1) in seen else 'sampled'
+            seen.add(m.group(1))
+            if m.group(2):
+                values[f'{kind}_{m.group(1)}'] = float(m.group(2))
+    if not values:
+        raise RuntimeError(f'unexpected output {out.stdout[:200]!r}')
+    return values
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('-r', '--rounds', type=int, default=9)
     ap.add_argument('-f', '--filter', default='.', help='benchmark regex (google benchmark)')
     ap.add_argument('-t', '--min-time', type=float, default=0.1)
     ap.add_argument('-c', '--cpu', help='pin the single-threaded benchmarks to this CPU')
-    ap.add_argument('-b', '--binary', default=os.path.join(HERE, 'bin', 'bench_core'))
+    ap.add_argument('-b', '--binary', help='default bench/bin/bench_core, or sample_cost with -s')
+    ap.add_argument('-s', '--sample-sizes', help='A/B sample_cost at these sizes (comma-separated)')
+    ap.add_argument('-p', '--pairs', type=int, default=3000000, help='sample_cost pairs a run')
     ap.add_argument('configs', nargs='+', metavar='NAME=LIB[@CONF]')
     args = ap.parse_args()
     configs = [parse_config(c) for c in args.configs]
@@ -108,8 +152,20 @@ def main():
         sys.exit('ab.py: configuration names must differ')
     if args.cpu is not None and not args.cpu.isdigit():
         sys.exit(f'ab.py: -c wants a CPU number, got "{args.cpu}"')
+    sizes = []
+    if args.sample_sizes:
+        try:
+            sizes = [int(x) for x in args.sample_sizes.split(',')]
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) <= 0:
+            sys.exit(f'ab.py: -s wants sizes like 1024,4096, got "{args.sample_sizes}"')
+    if args.binary is None:
+        args.binary = os.path.join(HERE, 'bin', 'sample_cost' if sizes else 'bench_core')
     # (filter, cpu) per process of a configuration's run.
-    if args.cpu is None:
+    if sizes:
+        parts = []
+    elif args.cpu is None:
         parts = [(args.filter, None)]
     else:
         single, other = split_for_pinning(args.binary, args.filter)
@@ -126,12 +182,15 @@ def main():
             try:
                 benchmarks = [b for f, cpu in parts
                               for b in run_once(args.binary, f, args.min_time, lib, conf, cpu)]
+                benchmarks += [{'name': f'sample_cost/{size}',
+                                **run_sample_cost(args.binary, size, args.pairs, lib, conf)}
+                               for size in sizes]
             except (RuntimeError, ValueError) as e:
                 print(f'ab.py: {name} failed in round {r + 1}: {e}', file=sys.stderr)
                 continue
             for b in benchmarks:
                 per_key = results[name].setdefault(b['name'], {})
-                for k in KEYS:
+                for k in KEYS + SAMPLE_KEYS:
                     if k in b:
                         per_key.setdefault(k, {})[r] = b[k]
     base = configs[0][0]
