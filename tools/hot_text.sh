@@ -22,6 +22,10 @@
 #     and off.
 # Callgrind runs one thread at a time, so it never sees a lock contended:
 # the names under "kept by hand" (those paths) are kept as they are.
+# The functions a sample runs are also named, by hand, in
+# src/sample_text.list, which lays them out first and together: a function
+# new on that path belongs there too (check_layout.sh catches a name that
+# is gone, not one that is missing).
 #
 # Needs valgrind and a built tree (make all bench test/bin/test_resident_text).
 #
