@@ -86,7 +86,9 @@ def split_for_pinning(binary, regex):
     return (exactly(single) if single else None, exactly(other) if other else None)
 
 
-def run_once(binary, regex, min_time, lib, conf, cpu=None):
+def run_under(cmd, lib, conf):
+    """stdout of `cmd` run with `lib` preloaded ('-': none) and SALLOC_CONF
+    `conf` (None: the environment's), in an environment of drawn length."""
     env = dict(os.environ)
     env.pop('LD_PRELOAD', None)
     if lib != '-':
@@ -94,14 +96,18 @@ def run_once(binary, regex, min_time, lib, conf, cpu=None):
     if conf is not None:
         env['SALLOC_CONF'] = conf
     env['AB_PAD'] = 'x' * random.randint(0, 4096)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-500:])
+    return out.stdout
+
+
+def run_once(binary, regex, min_time, lib, conf, cpu=None):
     cmd = [binary, '--benchmark_filter=' + regex, '--benchmark_format=json',
            '--benchmark_min_time=' + str(min_time)]
     if cpu is not None:
         cmd = ['taskset', '-c', cpu] + cmd
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-500:])
-    return json.loads(out.stdout)['benchmarks']
+    return json.loads(run_under(cmd, lib, conf))['benchmarks']
 
 
 # sample_cost's report: "  malloc  median N  p90 N  mean X", first for the
@@ -113,18 +119,9 @@ SAMPLE_LINE = re.compile(r'^  (malloc|free)\s+(?:median.*mean\s+([0-9.]+)|none)'
 def run_sample_cost(binary, size, pairs, lib, conf):
     """{key: mean ticks} of one sample_cost run: sampled_malloc, sampled_free,
     unsampled_malloc, unsampled_free (the sampled ones absent if none was)."""
-    env = dict(os.environ)
-    env.pop('LD_PRELOAD', None)
-    if lib != '-':
-        env['LD_PRELOAD'] = os.path.abspath(lib)
-    if conf is not None:
-        env['SALLOC_CONF'] = conf
-    env['AB_PAD'] = 'x' * random.randint(0, 4096)
-    out = subprocess.run([binary, str(size), str(pairs)], env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-500:])
+    stdout = run_under([binary, str(size), str(pairs)], lib, conf)
     values, seen = {}, set()
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         m = SAMPLE_LINE.match(line)
         if m:
             kind = 'unsampled' if m.group(1) in seen else 'sampled'
@@ -132,7 +129,7 @@ def run_sample_cost(binary, size, pairs, lib, conf):
             if m.group(2):
                 values[f'{kind}_{m.group(1)}'] = float(m.group(2))
     if not values:
-        raise RuntimeError(f'unexpected output {out.stdout[:200]!r}')
+        raise RuntimeError(f'unexpected output {stdout[:200]!r}')
     return values
 
 
