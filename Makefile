@@ -70,11 +70,11 @@ LIB_OBJS  := $(patsubst src/%.c,build/lib/%.o,$(filter-out $(COLD_SRCS),$(SRCS))
 # and src/salloc_text.ld lays them out in that order: first, together, what
 # a sample runs (src/sample_text.list: a sample is rare, its code cold, and
 # in four pages rather than twelve a sampled free cost 7-16% less at 1 and
-# 4 KiB, a sampled malloc up to 5%), then the rest of the hot code.  A program that allocates,
-# threads, forks and is sampled maps 64 KiB of the 124 KiB of code, where
-# the object order alone left it all mapped (test_resident_text).  The
-# list grew out of date?  tools/hot_text.sh writes it afresh from
-# callgrind runs.
+# 4 KiB, a sampled malloc up to 5%), then the rest of the hot code.  A
+# program that allocates, threads, forks and is sampled maps 64 KiB of the
+# 124 KiB of code, where the object order alone left it all mapped
+# (test_resident_text).  The list grew out of date?  tools/hot_text.sh
+# writes it afresh from callgrind runs.
 HOT_TEXT  := src/hot_text.list
 SAMPLE_TEXT := src/sample_text.list
 TEXT_LD   := src/salloc_text.ld
