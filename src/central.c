@@ -3,7 +3,7 @@
  *
  * Each class keeps a doubly linked "partial" list of its spans that have at
  * least one free object.  A span's free objects are a bitmap in its record
- * (span->free_bits, a bit per object, set while it is free), as jemalloc's
+ * (span_free_bits, a bit per object, set while it is free), as jemalloc's
  * slabs keep them, not a list linked through the objects: taking a batch
  * or giving one back reads and writes no object, only the record.  Linked
  * through the objects, a batch taken walked the list one dependent load
@@ -168,16 +168,17 @@ static void partial_remove(struct central *c, struct span *s)
 #define AFFINITY_SCAN 16
 
 /* Words of a class's free bits: its objects', rounded up to 64. */
-static unsigned free_words(unsigned nobjs) { return (nobjs + 63) / 64; }
+static unsigned free_words(unsigned nobjs) { return span_free_words(nobjs); }
 
 /* A new span's bits: all `nobjs` objects free, none beyond. */
 static void set_all_free(struct span *s, unsigned nobjs)
 {
+    uint64_t *bits = span_free_bits(s);
     unsigned w = 0;
     for (; w < nobjs / 64; w++)
-        s->free_bits[w] = ~(uint64_t)0;
+        bits[w] = ~(uint64_t)0;
     if (nobjs % 64)
-        s->free_bits[w] = ((uint64_t)1 << (nobjs % 64)) - 1;
+        bits[w] = ((uint64_t)1 << (nobjs % 64)) - 1;
 }
 
 /* A new span to take objects from, on the partial list. */
@@ -279,8 +280,9 @@ static unsigned take_from_span(struct span *s, size_t size, unsigned nobjs, void
                                unsigned pos)
 {
     unsigned words = free_words(nobjs), start = pos;
+    uint64_t *span_bits = span_free_bits(s);
     for (unsigned w = 0; w < words && pos > 0; w++) {
-        uint64_t bits = s->free_bits[w];
+        uint64_t bits = span_bits[w];
         if (!bits)
             continue;
         uintptr_t base = s->start + (uintptr_t)w * 64 * size;
@@ -288,7 +290,7 @@ static unsigned take_from_span(struct span *s, size_t size, unsigned nobjs, void
             out[--pos] = (void *)(base + (unsigned)__builtin_ctzll(bits) * size);
             bits &= bits - 1;
         } while (bits && pos > 0);
-        s->free_bits[w] = bits;
+        span_bits[w] = bits;
     }
     if (pos == start)
         no_free_object(s, nobjs);
@@ -411,7 +413,7 @@ static struct returning returning_start(struct central *c, unsigned cls)
         .c = c,
         .cls = cls,
         .mul = (((uint64_t)1 << 32) + size - 1) / size,
-        .lines = (unsigned)((offsetof(struct span, free_bits) +
+        .lines = (unsigned)((offsetof(struct span, free_bits0) +
                              free_words(sizeclass_objects(cls)) * sizeof(uint64_t) +
                              SA_CACHELINE - 1) / SA_CACHELINE),
     };
@@ -420,7 +422,7 @@ static struct returning returning_start(struct central *c, unsigned cls)
 /* A record's free bits end within its first three lines, so that
  * span_prefetched needs no loop. */
 #define RECORD_BITS_LINES 3
-_Static_assert(offsetof(struct span, free_bits) + SPAN_FREE_WORDS * sizeof(uint64_t) <=
+_Static_assert(offsetof(struct span, free_bits0) + SPAN_FREE_WORDS * sizeof(uint64_t) <=
                    RECORD_BITS_LINES * SA_CACHELINE,
                "a span record's free bits reach past its third line");
 
@@ -483,7 +485,7 @@ static void return_group(struct returning *rt, void *const *objs, unsigned k)
         uintptr_t off = (uintptr_t)objs[i] - s->start;
         SA_ASSERT(off % sizeclass_size(rt->cls) == 0);
         unsigned idx = (unsigned)((off * mul) >> 32);
-        uint64_t bit = (uint64_t)1 << (idx % 64), *word = &s->free_bits[idx / 64];
+        uint64_t bit = (uint64_t)1 << (idx % 64), *word = &span_free_bits(s)[idx / 64];
         if (*word & bit)
             freed_twice(objs[i], rt->cls);
         *word |= bit;
@@ -624,7 +626,7 @@ void central_release_xfer(void)
 /* Whether object `idx` of small span `s` is free in the span. */
 static bool bit_is_free(const struct span *s, unsigned idx)
 {
-    return s->free_bits[idx / 64] >> (idx % 64) & 1;
+    return span_free_bits_const(s)[idx / 64] >> (idx % 64) & 1;
 }
 
 /* Under the lock: whether `obj` is in the class's transfer cache. */
@@ -706,9 +708,12 @@ static size_t check_span(const struct span *s, unsigned cls)
     unsigned nobjs = sizeclass_objects(cls), nfree = 0;
     if (s->state != SPAN_SMALL || s->cls != cls || s->carved > nobjs || s->allocated > nobjs)
         sa_fatal("central: span %p of class %u is corrupt", (void *)s->start, cls);
+    if (span_needs_long_record(nobjs) && !s->long_record)
+        sa_fatal("central: span %p of class %u has a short record for its %u objects' bits",
+                 (void *)s->start, cls, nobjs);
     unsigned words = free_words(nobjs);
     for (unsigned w = 0; w < words; w++) {
-        uint64_t bits = s->free_bits[w];
+        uint64_t bits = span_free_bits_const(s)[w];
         if (w == words - 1 && nobjs % 64 && bits >> (nobjs % 64))
             sa_fatal("central: span %p has free bits past its %u objects", (void *)s->start,
                      nobjs);

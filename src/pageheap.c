@@ -2,7 +2,9 @@
  * pageheap.c: spans of pages (see pageheap.h for the contract).
  *
  * Lock: ph_lock guards every static below and the pagemap writers.  Nothing
- * here calls malloc; records come from meta.c and are recycled on `spares`.
+ * here calls malloc; records come from meta.c and are recycled on
+ * `spares[long]`, short and long apart (span.h: a small span of a class of
+ * more than 64 objects needs a long one).
  *
  * Free lists: free[dirty][b] holds free spans of exactly b pages for
  * 1 <= b < NBUCKETS, and free[dirty][0] every longer one.  A bitmap per kind
@@ -31,6 +33,7 @@
 #include "meta.h"
 #include "os.h"
 #include "pagemap.h"
+#include "sizeclass.h"
 
 #define NBUCKETS 128
 /* Chunks start on 2 MiB boundaries so that huge pages can back them. */
@@ -51,29 +54,67 @@ static struct span *free_lists[2][NBUCKETS];
 static uint64_t nonempty[2][NBUCKETS / 64];
 static struct span *lru_head, *lru_tail;
 static struct span *recent[RECENT_MAX_PAGES + 1];
-static struct span *spares;
+static struct span *spares[2]; /* [long_record] */
 static struct pageheap_stats stats;
 static long decay_ms = 10000;
 static uint64_t next_decay_check;
 
 /* ---- records ---- */
 
+/* A record for any span but a small one of a class that needs a long one
+ * (record_for_class): a short spare, or a long spare rather than new
+ * metadata while long ones wait unused. */
 static struct span *record_new(void)
 {
-    struct span *s = spares;
+    bool reuse_long = !spares[0] && spares[1];
+    struct span *s = spares[reuse_long];
     if (s)
-        spares = s->next;
-    else if (!(s = meta_alloc(sizeof(*s), 64)))
+        spares[reuse_long] = s->next;
+    else if ((s = meta_alloc(SPAN_SHORT_BYTES, SA_CACHELINE)))
+        stats.records[0]++;
+    else
         return NULL;
-    *s = (struct span){.state = SPAN_UNUSED};
+    *s = (struct span){.state = SPAN_UNUSED, .long_record = reuse_long};
+    return s;
+}
+
+static struct span *record_new_long(void)
+{
+    struct span *s = spares[1];
+    if (s)
+        spares[1] = s->next;
+    else if ((s = meta_alloc(SPAN_LONG_BYTES, SA_CACHELINE)))
+        stats.records[1]++;
+    else
+        return NULL;
+    *s = (struct span){.state = SPAN_UNUSED, .long_record = 1};
     return s;
 }
 
 static void record_release(struct span *s)
 {
     s->state = SPAN_UNUSED;
-    s->next = spares;
-    spares = s;
+    s->next = spares[s->long_record];
+    spares[s->long_record] = s;
+}
+
+/* Span `s`, cut for class `cls` (on no list, in no pagemap entry but
+ * stale ones: pageheap_alloc has yet to publish it), in a record with room
+ * for the class's free bits: `s` itself, or a long record that takes its
+ * place (`s` goes to the spares; a stale entry sees it SPAN_UNUSED).  NULL
+ * on ENOMEM, `s` unchanged. */
+static struct span *record_for_class(struct span *s, unsigned cls)
+{
+    if (s->long_record || !span_needs_long_record(sizeclass_objects(cls)))
+        return s;
+    struct span *l = record_new_long();
+    if (!l)
+        return NULL;
+    l->start = s->start;
+    l->npages = s->npages;
+    l->dirty = s->dirty;
+    record_release(s);
+    return l;
 }
 
 /* ---- free lists ---- */
@@ -624,6 +665,16 @@ struct span *pageheap_alloc(size_t npages, size_t align_pages, unsigned cls, boo
         sa_unlock(&ph_lock);
         errno = ENOMEM;
         return NULL;
+    }
+    if (cls) {
+        struct span *r = record_for_class(s, cls);
+        if (!r) {
+            insert_coalesced(s); /* its pages back, as carve's failure files them */
+            sa_unlock(&ph_lock);
+            errno = ENOMEM;
+            return NULL;
+        }
+        s = r;
     }
     if (zeroed)
         *zeroed = !s->dirty;

@@ -26,18 +26,26 @@
 #ifndef SA_SPAN_H
 #define SA_SPAN_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util.h"
 
-/* A small span's free objects are a bitmap in its record (free_bits): 16
- * words, the 1,024 objects of the 8-byte class in one page, the most of
- * any class (test_central checks the table).  The page heap's and the
- * samples' fields share its place: a small span has no use for them.  The
- * record grew from 128 bytes to 192 (184, rounded by meta_alloc): for a
- * heap of 256 MiB of 16..512-byte objects, metadata went from 4.75 to 7.00
- * MiB, 0.4% more resident memory. */
+/* A small span's free objects are a bitmap in its record (its free bits,
+ * span_free_bits): up to 16 words, the 1,024 objects of the 8-byte class
+ * in one page, the most of any class (test_central checks the table).
+ *
+ * Records come in two lengths.  A short one (64 bytes, one cache line)
+ * has room for one word of free bits: enough for every class of 128 bytes
+ * and more (64 objects a span at most), and for any span that is not
+ * small.  A long one (192 bytes) holds all SPAN_FREE_WORDS words, for the
+ * classes of more objects; the page heap gives a span of such a class a
+ * long record when it is cut for it (pageheap_alloc).  All records were
+ * long before (184 bytes, rounded by meta_alloc): bench's phase (256 MiB of
+ * 16..512-byte objects) kept 7.00 MiB of them, 2.7% of its heap. */
 #define SPAN_FREE_WORDS 16
+#define SPAN_SHORT_WORDS 1
 
 /* SPAN_UNUSED marks a record on the page heap's spare list: a stale pagemap
  * entry may still point at it, and it must never look like a live span. */
@@ -64,21 +72,34 @@ struct span {
     uint8_t owner_tag;   /* small: the owner tag its pages carry (pagemap.h) */
     uint8_t recent;      /* free: in the page heap's cache of recent spans,
                           * not in its lists (pageheap.c) */
-    uint16_t allocated;  /* small: objects out of the span (thread caches,
-                          * transfer cache, the program) */
-    uint16_t carved;     /* small: 1 + the highest object index ever handed
-                          * out (0: none yet); opt.check reads it unlocked.
-                          * (16 bits: at most 64 * SPAN_FREE_WORDS objects) */
     uint8_t small_pages; /* large: a sample asked its pages to stay small
                           * (MADV_NOHUGEPAGE, prof.c); freeing it gives them
                           * back their chunk's advice (pageheap.c) */
-    uint32_t owner_gen;  /* small: see owner */
-    const uint32_t *owner; /* small: generation word of the thread cache that
-                          * last took objects from it (NULL: none), and
-                          * owner_gen its value then: the owner is gone once
-                          * it differs.  Both stored atomically: remote frees
-                          * read them without the lock (tcache.c, span_owner) */
+    uint8_t long_record; /* the record is long (above): set when it is made,
+                          * kept while it is reused */
+    /* What only spans in some states use shares the rest of the first line.
+     * Whoever reads a record it may not own (through the pagemap) checks
+     * its state first (span_state): these fields mean nothing in another. */
     union {
+        struct {
+            uint16_t allocated; /* small: objects out of the span (thread
+                                 * caches, transfer cache, the program) */
+            uint16_t carved;    /* small: 1 + the highest object index ever
+                                 * handed out (0: none yet); opt.check reads
+                                 * it unlocked.  (16 bits: at most
+                                 * 64 * SPAN_FREE_WORDS objects) */
+            uint32_t owner_gen; /* small: see owner */
+            const uint32_t *owner; /* small: generation word of the thread
+                                 * cache that last took objects from it
+                                 * (NULL: none), and owner_gen its value then:
+                                 * the owner is gone once it differs.  Both
+                                 * stored atomically: remote frees read them
+                                 * without the lock (tcache.c, span_owner) */
+            /* small: the first word of its free bits (span_free_bits):
+             * bit i of word w set while object 64 w + i is free in the span
+             * (central.c); a long record's other words follow the struct. */
+            uint64_t free_bits0;
+        };
         struct {
             uintptr_t object; /* sampled: the block's address: start, or
                                * further in for a guarded sample (pushed
@@ -88,18 +109,47 @@ struct span {
                                * the allocation is sampled, else NULL;
                                * parked: the stack of the sample it last
                                * held (prof.c) */
+        };
+        struct {
             uint64_t freed_at; /* free, dirty: os_now_ns() when it last
                                 * became dirty */
             struct span *lru_next, *lru_prev; /* free, dirty: oldest first
                                                * (decay) */
         };
-        /* small: bit i of word w set while object 64 w + i is free in the
-         * span (central.c).  Never read or written in any other state.
-         * Word 0 shares the record's first cache line (64-byte aligned):
-         * a class of at most 64 objects a span touches one line. */
-        uint64_t free_bits[SPAN_FREE_WORDS];
     };
 };
+
+/* The lengths meta_alloc gives the two kinds of record. */
+#define SPAN_SHORT_BYTES sizeof(struct span)
+#define SPAN_LONG_BYTES                                                                  \
+    ((offsetof(struct span, free_bits0) + SPAN_FREE_WORDS * sizeof(uint64_t) + SA_CACHELINE - 1) / \
+     SA_CACHELINE * SA_CACHELINE)
+_Static_assert(sizeof(struct span) == SA_CACHELINE, "a short span record is one cache line");
+_Static_assert(offsetof(struct span, free_bits0) + SPAN_SHORT_WORDS * sizeof(uint64_t) ==
+                   sizeof(struct span),
+               "a short record's free bits end it");
+
+/* Words of free bits a span of `nobjs` objects needs. */
+static inline unsigned span_free_words(unsigned nobjs) { return (nobjs + 63) / 64; }
+
+/* Whether a small span of `nobjs` objects needs a long record. */
+static inline bool span_needs_long_record(unsigned nobjs)
+{
+    return span_free_words(nobjs) > SPAN_SHORT_WORDS;
+}
+
+/* A small span's free bits: free_bits0 and, in a long record, the words
+ * after it.  Reached through the record's address, not the member (an
+ * array of one word indexed past its end). */
+static inline uint64_t *span_free_bits(struct span *s)
+{
+    return (uint64_t *)(void *)((char *)s + offsetof(struct span, free_bits0));
+}
+
+static inline const uint64_t *span_free_bits_const(const struct span *s)
+{
+    return (const uint64_t *)(const void *)((const char *)s + offsetof(struct span, free_bits0));
+}
 
 /* The state of a record reached through the pagemap, which may be another
  * thread's: a sampled mapping's owner writes its state without the page

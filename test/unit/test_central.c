@@ -249,7 +249,7 @@ static bool back_in_its_span(unsigned cls, void *obj)
     if (!s || s->state != SPAN_SMALL || s->cls != cls)
         return true;
     size_t idx = ((uintptr_t)obj - s->start) / sizeclass_size(cls);
-    return s->free_bits[idx / 64] >> (idx % 64) & 1;
+    return span_free_bits(s)[idx / 64] >> (idx % 64) & 1;
 }
 
 /* A class above the affinity size keeps a batch given back in its

@@ -435,6 +435,92 @@ static void test_pageheap_out_of_memory(void **state)
     pageheap_free(s);
 }
 
+/* A small span's record has room for its class's free bits (span.h).
+ * Pages whose free span had a short record, cut for a class of more than
+ * 64 objects, get a long record in its place, which the pagemap shows; a
+ * class of fewer objects never makes a long record.  Out of records, a span
+ * for the long class is refused and its pages stay free. */
+#define RECORD_TEST_SPANS 300
+static void test_pageheap_small_spans_get_records_their_bits_fit(void **state)
+{
+    (void)state;
+    static struct span *held[RECORD_TEST_SPANS];
+    unsigned short_cls = sizeclass_of(256), long_cls = 1; /* 32 and 1,024 objects a span */
+    assert_false(span_needs_long_record(sizeclass_objects(short_cls)));
+    assert_true(span_needs_long_record(sizeclass_objects(long_cls)));
+    assert_int_equal(sizeclass_pages(short_cls), 1);
+    assert_int_equal(sizeclass_pages(long_cls), 1);
+
+    struct pageheap_stats before, after;
+    pageheap_get_stats(&before);
+    for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
+        assert_non_null(held[i] = pageheap_alloc(1, 1, short_cls, NULL));
+    pageheap_get_stats(&after);
+    assert_int_equal(after.records[1], before.records[1]);
+    for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
+        pageheap_free(held[i]);
+
+    /* The same pages (the freshest free ones), cut for the long class. */
+    for (size_t i = 0; i < RECORD_TEST_SPANS; i++) {
+        struct span *s = held[i] = pageheap_alloc(1, 1, long_cls, NULL);
+        assert_non_null(s);
+        assert_true(s->long_record);
+        assert_int_equal(s->state, SPAN_SMALL);
+        assert_ptr_equal(pagemap_span((void *)s->start), s);
+        uint64_t *bits = span_free_bits(s); /* all 16 words are the record's */
+        for (unsigned w = 0; w < SPAN_FREE_WORDS; w++)
+            bits[w] = ~(uint64_t)0;
+    }
+    pageheap_get_stats(&after);
+    assert_true(after.records[1] <= before.records[1] + RECORD_TEST_SPANS);
+    pageheap_check();
+    for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
+        pageheap_free(held[i]);
+    pageheap_check();
+}
+
+/* No long record to be had (the metadata chunk spent, mmap refused, the
+ * spares taken): a span for a class that needs one is refused with ENOMEM,
+ * and its pages are free again, every page counted.  The free spans it is
+ * cut from are single pages between live ones, more of them than long
+ * records were ever made, so that no split (which needs a short record)
+ * can be what fails. */
+static void test_pageheap_small_span_without_a_long_record(void **state)
+{
+    (void)state;
+    static struct span *large[1 << 15], *small[1 << 14];
+    struct pageheap_stats st;
+    pageheap_get_stats(&st);
+    size_t holes = st.records[1] + 8, nsmall = 0;
+    assert_true(2 * holes <= sizeof(large) / sizeof(large[0]));
+    for (size_t i = 0; i < 2 * holes; i++)
+        assert_non_null(large[i] = pageheap_alloc(1, 1, 0, NULL));
+    for (size_t i = 0; i < 2 * holes; i += 2)
+        pageheap_free(large[i]);
+    os_syscalls.mmap = failing_mmap;
+    while (meta_alloc(SPAN_LONG_BYTES, 64))
+        ;
+    struct span *s;
+    errno = 0;
+    while ((s = pageheap_alloc(1, 1, 1, NULL))) {
+        assert_true(nsmall < holes);
+        assert_true(s->long_record);
+        small[nsmall++] = s;
+    }
+    assert_int_equal(errno, ENOMEM);
+    pageheap_get_stats(&st);
+    assert_int_equal(st.free_clean + st.free_dirty + st.small + st.large, st.mapped);
+    pageheap_check();
+    os_syscalls.mmap = mmap;
+    assert_non_null(s = pageheap_alloc(1, 1, 1, NULL)); /* metadata again */
+    assert_true(s->long_record);
+    pageheap_free(s);
+    while (nsmall)
+        pageheap_free(small[--nsmall]);
+    for (size_t i = 1; i < 2 * holes; i += 2)
+        pageheap_free(large[i]);
+}
+
 /* An aligned allocation that must split its free span when no record for
  * the pieces can be had (the metadata chunk spent, mmap refused): NULL, and
  * every page still counted and on a list.  When the split of the pages
@@ -526,6 +612,9 @@ int main(void)
         cmocka_unit_test_teardown(test_pageheap_recent_spans_go_first_to_the_lists, check_after),
         cmocka_unit_test_teardown(test_pageheap_grow_in_place_into_recent_span, check_after),
         cmocka_unit_test_teardown(test_pageheap_out_of_memory, check_after),
+        cmocka_unit_test_teardown(test_pageheap_small_spans_get_records_their_bits_fit,
+                                  check_after),
+        cmocka_unit_test_teardown(test_pageheap_small_span_without_a_long_record, check_after),
         cmocka_unit_test_teardown(test_pageheap_aligned_carve_without_records, check_after),
     };
     return cmocka_run_group_tests_name("pageheap", tests, NULL, NULL);
