@@ -708,8 +708,8 @@ static size_t check_span(const struct span *s, unsigned cls)
     unsigned nobjs = sizeclass_objects(cls), nfree = 0;
     if (s->state != SPAN_SMALL || s->cls != cls || s->carved > nobjs || s->allocated > nobjs)
         sa_fatal("central: span %p of class %u is corrupt", (void *)s->start, cls);
-    if (span_needs_long_record(nobjs) && !s->long_record)
-        sa_fatal("central: span %p of class %u has a short record for its %u objects' bits",
+    if (s->record_kind < span_record_kind_for(nobjs))
+        sa_fatal("central: span %p of class %u has too short a record for its %u objects' bits",
                  (void *)s->start, cls, nobjs);
     unsigned words = free_words(nobjs);
     for (unsigned w = 0; w < words; w++) {

@@ -3,8 +3,8 @@
  *
  * Lock: ph_lock guards every static below and the pagemap writers.  Nothing
  * here calls malloc; records come from meta.c and are recycled on
- * `spares[long]`, short and long apart (span.h: a small span of a class of
- * more than 64 objects needs a long one).
+ * `spares[kind]`, each length of record apart (span.h: a small span's
+ * record must have room for its class's free bits).
  *
  * Free lists: free[dirty][b] holds free spans of exactly b pages for
  * 1 <= b < NBUCKETS, and free[dirty][0] every longer one.  A bitmap per kind
@@ -54,60 +54,53 @@ static struct span *free_lists[2][NBUCKETS];
 static uint64_t nonempty[2][NBUCKETS / 64];
 static struct span *lru_head, *lru_tail;
 static struct span *recent[RECENT_MAX_PAGES + 1];
-static struct span *spares[2]; /* [long_record] */
+static struct span *spares[SPAN_RECORD_KINDS];
 static struct pageheap_stats stats;
 static long decay_ms = 10000;
 static uint64_t next_decay_check;
 
 /* ---- records ---- */
 
-/* A record for any span but a small one of a class that needs a long one
- * (record_for_class): a short spare, or a long spare rather than new
- * metadata while long ones wait unused. */
-static struct span *record_new(void)
+/* A record of at least `kind`'s length: a spare of that length, else a
+ * longer spare (rather than new metadata while those wait unused), else a
+ * new one. */
+static struct span *record_take(unsigned kind)
 {
-    bool reuse_long = !spares[0] && spares[1];
-    struct span *s = spares[reuse_long];
-    if (s)
-        spares[reuse_long] = s->next;
-    else if ((s = meta_alloc(SPAN_SHORT_BYTES, SA_CACHELINE)))
-        stats.records[0]++;
-    else
+    struct span *s;
+    for (unsigned k = kind; k < SPAN_RECORD_KINDS; k++)
+        if ((s = spares[k])) {
+            spares[k] = s->next;
+            *s = (struct span){.state = SPAN_UNUSED, .record_kind = (uint8_t)k};
+            return s;
+        }
+    if (!(s = meta_alloc(span_record_bytes(kind), SA_CACHELINE)))
         return NULL;
-    *s = (struct span){.state = SPAN_UNUSED, .long_record = reuse_long};
+    stats.records[kind]++;
+    *s = (struct span){.state = SPAN_UNUSED, .record_kind = (uint8_t)kind};
     return s;
 }
 
-static struct span *record_new_long(void)
-{
-    struct span *s = spares[1];
-    if (s)
-        spares[1] = s->next;
-    else if ((s = meta_alloc(SPAN_LONG_BYTES, SA_CACHELINE)))
-        stats.records[1]++;
-    else
-        return NULL;
-    *s = (struct span){.state = SPAN_UNUSED, .long_record = 1};
-    return s;
-}
+/* A record for any span but a small one (record_for_class). */
+static struct span *record_new(void) { return record_take(SPAN_RECORD_SHORT); }
 
 static void record_release(struct span *s)
 {
     s->state = SPAN_UNUSED;
-    s->next = spares[s->long_record];
-    spares[s->long_record] = s;
+    s->next = spares[s->record_kind];
+    spares[s->record_kind] = s;
 }
 
 /* Span `s`, cut for class `cls` (on no list, in no pagemap entry but
  * stale ones: pageheap_alloc has yet to publish it), in a record with room
- * for the class's free bits: `s` itself, or a long record that takes its
+ * for the class's free bits: `s` itself, or a longer record that takes its
  * place (`s` goes to the spares; a stale entry sees it SPAN_UNUSED).  NULL
  * on ENOMEM, `s` unchanged. */
 static struct span *record_for_class(struct span *s, unsigned cls)
 {
-    if (s->long_record || !span_needs_long_record(sizeclass_objects(cls)))
+    unsigned kind = span_record_kind_for(sizeclass_objects(cls));
+    if (s->record_kind >= kind)
         return s;
-    struct span *l = record_new_long();
+    struct span *l = record_take(kind);
     if (!l)
         return NULL;
     l->start = s->start;

@@ -172,8 +172,9 @@ struct pageheap_stats {
     size_t purged;     /* bytes handed back with madvise, ever */
     uint64_t nmalloc_large, ndalloc_large; /* large spans allocated and freed, ever */
     uint64_t nmadvise; /* purges (madvise calls) that handed pages back, ever */
-    size_t records[2]; /* span records made, short and long (span.h), ever:
-                        * they are reused, never given back */
+    size_t records[SPAN_RECORD_KINDS]; /* span records made, of each length
+                                        * (span.h), ever: they are reused,
+                                        * never given back */
 };
 void pageheap_get_stats(struct pageheap_stats *st);
 

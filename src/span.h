@@ -36,16 +36,23 @@
  * span_free_bits): up to 16 words, the 1,024 objects of the 8-byte class
  * in one page, the most of any class (test_central checks the table).
  *
- * Records come in two lengths.  A short one (64 bytes, one cache line)
- * has room for one word of free bits: enough for every class of 128 bytes
- * and more (64 objects a span at most), and for any span that is not
- * small.  A long one (192 bytes) holds all SPAN_FREE_WORDS words, for the
- * classes of more objects; the page heap gives a span of such a class a
- * long record when it is cut for it (pageheap_alloc).  All records were
- * long before (184 bytes, rounded by meta_alloc): bench's phase (256 MiB of
- * 16..512-byte objects) kept 7.00 MiB of them, 2.7% of its heap. */
+ * Records come in three lengths (enum span_record_kind), by the words of
+ * free bits they have room for.  A short one (64 bytes, one cache line)
+ * holds one word: enough for every class of 128 bytes and more (64 objects
+ * a span at most), and for any span that is not small.  A medium one (128
+ * bytes) holds 9 words, for the classes of 16 to 112 bytes; a long one (192
+ * bytes) all 16, for the 8-byte class.  The page heap gives a span the
+ * record its class needs when it cuts the span for it (pageheap_alloc).
+ * All records were long before (184 bytes, rounded by meta_alloc): bench's
+ * phase (256 MiB of 16..512-byte objects) kept 7.00 MiB of them, 2.7% of
+ * its heap. */
 #define SPAN_FREE_WORDS 16
-#define SPAN_SHORT_WORDS 1
+enum span_record_kind {
+    SPAN_RECORD_SHORT = 0,
+    SPAN_RECORD_MEDIUM = 1,
+    SPAN_RECORD_LONG = 2,
+    SPAN_RECORD_KINDS = 3,
+};
 
 /* SPAN_UNUSED marks a record on the page heap's spare list: a stale pagemap
  * entry may still point at it, and it must never look like a live span. */
@@ -75,8 +82,8 @@ struct span {
     uint8_t small_pages; /* large: a sample asked its pages to stay small
                           * (MADV_NOHUGEPAGE, prof.c); freeing it gives them
                           * back their chunk's advice (pageheap.c) */
-    uint8_t long_record; /* the record is long (above): set when it is made,
-                          * kept while it is reused */
+    uint8_t record_kind; /* enum span_record_kind: the record's length, set
+                          * when it is made, kept while it is reused */
     /* What only spans in some states use shares the rest of the first line.
      * Whoever reads a record it may not own (through the pagemap) checks
      * its state first (span_state): these fields mean nothing in another. */
@@ -119,23 +126,33 @@ struct span {
     };
 };
 
-/* The lengths meta_alloc gives the two kinds of record. */
-#define SPAN_SHORT_BYTES sizeof(struct span)
-#define SPAN_LONG_BYTES                                                                  \
-    ((offsetof(struct span, free_bits0) + SPAN_FREE_WORDS * sizeof(uint64_t) + SA_CACHELINE - 1) / \
-     SA_CACHELINE * SA_CACHELINE)
 _Static_assert(sizeof(struct span) == SA_CACHELINE, "a short span record is one cache line");
-_Static_assert(offsetof(struct span, free_bits0) + SPAN_SHORT_WORDS * sizeof(uint64_t) ==
-                   sizeof(struct span),
-               "a short record's free bits end it");
+_Static_assert(offsetof(struct span, free_bits0) + sizeof(uint64_t) == sizeof(struct span),
+               "a short record's one word of free bits ends it");
+
+/* Words of free bits a record of `kind` has room for. */
+static inline unsigned span_record_words(unsigned kind)
+{
+    return kind == SPAN_RECORD_SHORT ? 1 : kind == SPAN_RECORD_MEDIUM ? 9 : SPAN_FREE_WORDS;
+}
+
+/* The bytes meta_alloc gives a record of `kind`: 64, 128 or 192. */
+static inline size_t span_record_bytes(unsigned kind)
+{
+    size_t end = offsetof(struct span, free_bits0) + span_record_words(kind) * sizeof(uint64_t);
+    return (end + SA_CACHELINE - 1) / SA_CACHELINE * SA_CACHELINE;
+}
 
 /* Words of free bits a span of `nobjs` objects needs. */
 static inline unsigned span_free_words(unsigned nobjs) { return (nobjs + 63) / 64; }
 
-/* Whether a small span of `nobjs` objects needs a long record. */
-static inline bool span_needs_long_record(unsigned nobjs)
+/* The shortest record a small span of `nobjs` objects fits in. */
+static inline unsigned span_record_kind_for(unsigned nobjs)
 {
-    return span_free_words(nobjs) > SPAN_SHORT_WORDS;
+    unsigned words = span_free_words(nobjs);
+    return words <= span_record_words(SPAN_RECORD_SHORT)    ? SPAN_RECORD_SHORT
+           : words <= span_record_words(SPAN_RECORD_MEDIUM) ? SPAN_RECORD_MEDIUM
+                                                            : SPAN_RECORD_LONG;
 }
 
 /* A small span's free bits: free_bits0 and, in a long record, the words

@@ -437,74 +437,83 @@ static void test_pageheap_out_of_memory(void **state)
 
 /* A small span's record has room for its class's free bits (span.h).
  * Pages whose free span had a short record, cut for a class of more than
- * 64 objects, get a long record in its place, which the pagemap shows; a
- * class of fewer objects never makes a long record.  Out of records, a span
- * for the long class is refused and its pages stay free. */
+ * 64 objects, get a longer record in its place, which the pagemap shows; a
+ * class of 64 objects or fewer makes no longer record. */
 #define RECORD_TEST_SPANS 300
 static void test_pageheap_small_spans_get_records_their_bits_fit(void **state)
 {
     (void)state;
     static struct span *held[RECORD_TEST_SPANS];
-    unsigned short_cls = sizeclass_of(256), long_cls = 1; /* 32 and 1,024 objects a span */
-    assert_false(span_needs_long_record(sizeclass_objects(short_cls)));
-    assert_true(span_needs_long_record(sizeclass_objects(long_cls)));
-    assert_int_equal(sizeclass_pages(short_cls), 1);
-    assert_int_equal(sizeclass_pages(long_cls), 1);
+    assert_int_equal(span_record_bytes(SPAN_RECORD_SHORT), 64);
+    assert_int_equal(span_record_bytes(SPAN_RECORD_MEDIUM), 128);
+    assert_int_equal(span_record_bytes(SPAN_RECORD_LONG), 192);
+    unsigned short_cls = sizeclass_of(256);                  /* 32 objects a span */
+    unsigned longer[] = {sizeclass_of(16), sizeclass_of(8)}; /* 512 and 1,024 */
+    assert_int_equal(span_record_kind_for(sizeclass_objects(short_cls)), SPAN_RECORD_SHORT);
+    assert_int_equal(span_record_kind_for(sizeclass_objects(longer[0])), SPAN_RECORD_MEDIUM);
+    assert_int_equal(span_record_kind_for(sizeclass_objects(longer[1])), SPAN_RECORD_LONG);
 
     struct pageheap_stats before, after;
     pageheap_get_stats(&before);
     for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
         assert_non_null(held[i] = pageheap_alloc(1, 1, short_cls, NULL));
     pageheap_get_stats(&after);
-    assert_int_equal(after.records[1], before.records[1]);
+    assert_int_equal(after.records[SPAN_RECORD_MEDIUM], before.records[SPAN_RECORD_MEDIUM]);
+    assert_int_equal(after.records[SPAN_RECORD_LONG], before.records[SPAN_RECORD_LONG]);
     for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
         pageheap_free(held[i]);
 
-    /* The same pages (the freshest free ones), cut for the long class. */
-    for (size_t i = 0; i < RECORD_TEST_SPANS; i++) {
-        struct span *s = held[i] = pageheap_alloc(1, 1, long_cls, NULL);
-        assert_non_null(s);
-        assert_true(s->long_record);
-        assert_int_equal(s->state, SPAN_SMALL);
-        assert_ptr_equal(pagemap_span((void *)s->start), s);
-        uint64_t *bits = span_free_bits(s); /* all 16 words are the record's */
-        for (unsigned w = 0; w < SPAN_FREE_WORDS; w++)
-            bits[w] = ~(uint64_t)0;
+    /* The same pages (the freshest free ones), cut for the longer classes. */
+    for (size_t k = 0; k < 2; k++) {
+        unsigned cls = longer[k], nobjs = sizeclass_objects(cls);
+        assert_int_equal(sizeclass_pages(cls), 1);
+        for (size_t i = 0; i < RECORD_TEST_SPANS; i++) {
+            struct span *s = held[i] = pageheap_alloc(1, 1, cls, NULL);
+            assert_non_null(s);
+            assert_true(s->record_kind >= span_record_kind_for(nobjs));
+            assert_int_equal(s->state, SPAN_SMALL);
+            assert_ptr_equal(pagemap_span((void *)s->start), s);
+            uint64_t *bits = span_free_bits(s); /* every word the class has */
+            for (unsigned w = 0; w < span_free_words(nobjs); w++)
+                bits[w] = ~(uint64_t)0;
+        }
+        pageheap_check();
+        for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
+            pageheap_free(held[i]);
     }
     pageheap_get_stats(&after);
-    assert_true(after.records[1] <= before.records[1] + RECORD_TEST_SPANS);
-    pageheap_check();
-    for (size_t i = 0; i < RECORD_TEST_SPANS; i++)
-        pageheap_free(held[i]);
-    pageheap_check();
+    assert_true(after.records[SPAN_RECORD_LONG] <= before.records[SPAN_RECORD_LONG] +
+                                                       RECORD_TEST_SPANS);
 }
 
 /* No long record to be had (the metadata chunk spent, mmap refused, the
- * spares taken): a span for a class that needs one is refused with ENOMEM,
- * and its pages are free again, every page counted.  The free spans it is
- * cut from are single pages between live ones, more of them than long
- * records were ever made, so that no split (which needs a short record)
- * can be what fails. */
+ * spares taken): a span for the class that needs one is refused with
+ * ENOMEM, and its pages are free again, every page counted.  The free
+ * spans it is cut from are single pages between live ones, more of them
+ * than long records were ever made, so that no split (which needs a short
+ * record) can be what fails. */
 static void test_pageheap_small_span_without_a_long_record(void **state)
 {
     (void)state;
     static struct span *large[1 << 15], *small[1 << 14];
+    unsigned cls = sizeclass_of(8);
+    assert_int_equal(span_record_kind_for(sizeclass_objects(cls)), SPAN_RECORD_LONG);
     struct pageheap_stats st;
     pageheap_get_stats(&st);
-    size_t holes = st.records[1] + 8, nsmall = 0;
+    size_t holes = st.records[SPAN_RECORD_LONG] + 8, nsmall = 0;
     assert_true(2 * holes <= sizeof(large) / sizeof(large[0]));
     for (size_t i = 0; i < 2 * holes; i++)
         assert_non_null(large[i] = pageheap_alloc(1, 1, 0, NULL));
     for (size_t i = 0; i < 2 * holes; i += 2)
         pageheap_free(large[i]);
     os_syscalls.mmap = failing_mmap;
-    while (meta_alloc(SPAN_LONG_BYTES, 64))
+    while (meta_alloc(span_record_bytes(SPAN_RECORD_LONG), 64))
         ;
     struct span *s;
     errno = 0;
-    while ((s = pageheap_alloc(1, 1, 1, NULL))) {
+    while ((s = pageheap_alloc(1, 1, cls, NULL))) {
         assert_true(nsmall < holes);
-        assert_true(s->long_record);
+        assert_int_equal(s->record_kind, SPAN_RECORD_LONG);
         small[nsmall++] = s;
     }
     assert_int_equal(errno, ENOMEM);
@@ -512,8 +521,8 @@ static void test_pageheap_small_span_without_a_long_record(void **state)
     assert_int_equal(st.free_clean + st.free_dirty + st.small + st.large, st.mapped);
     pageheap_check();
     os_syscalls.mmap = mmap;
-    assert_non_null(s = pageheap_alloc(1, 1, 1, NULL)); /* metadata again */
-    assert_true(s->long_record);
+    assert_non_null(s = pageheap_alloc(1, 1, cls, NULL)); /* metadata again */
+    assert_int_equal(s->record_kind, SPAN_RECORD_LONG);
     pageheap_free(s);
     while (nsmall)
         pageheap_free(small[--nsmall]);
