@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,10 +92,10 @@ bool os_thp_always(void)
     static int always = -1; /* -1: not read yet */
     if (always < 0) {
         char buf[128] = {0};
-        int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        int fd = os_file_open("/sys/kernel/mm/transparent_hugepage/enabled", 0);
+        ssize_t n = fd >= 0 ? os_file_pread(fd, buf, sizeof(buf) - 1, 0) : -1;
         if (fd >= 0)
-            close(fd);
+            os_file_close(fd);
         always = n > 0 && strstr(buf, "[always]") != NULL;
     }
     return always;
@@ -170,6 +171,24 @@ void os_nap_ns(uint64_t ns)
      * again. */
     syscall(SYS_nanosleep, &ts, NULL);
 }
+
+int os_file_open(const char *path, int flags)
+{
+    return (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | flags);
+}
+
+bool os_file_is_regular(int fd)
+{
+    struct stat st;
+    return syscall(SYS_newfstatat, fd, "", &st, AT_EMPTY_PATH) == 0 && S_ISREG(st.st_mode);
+}
+
+ssize_t os_file_pread(int fd, void *buf, size_t len, off_t offset)
+{
+    return (ssize_t)syscall(SYS_pread64, fd, buf, len, offset);
+}
+
+void os_file_close(int fd) { syscall(SYS_close, fd); }
 
 uint64_t os_wall_ns(void)
 {

@@ -90,6 +90,17 @@ void os_futex_wake_one(int *word);
 void os_yield(void);
 void os_nap_ns(uint64_t ns);
 
+/* A file read from inside the allocator (the stack walker reads unwind
+ * tables from object files during a sample): open read-only with `flags`
+ * added (O_CLOEXEC always), whether it is a regular file, pread, close.
+ * Raw system calls: the C library's open, fstat, pread and close are
+ * cancellation points, where a thread whose cancellation is pending would
+ * be cancelled in the middle of malloc.  -1 (errno set) on failure. */
+int os_file_open(const char *path, int flags);
+bool os_file_is_regular(int fd);
+ssize_t os_file_pread(int fd, void *buf, size_t len, off_t offset);
+void os_file_close(int fd);
+
 /* Monotonic time in nanoseconds; cheap (vDSO), coarse (a few ms). */
 uint64_t os_now_ns(void);
 

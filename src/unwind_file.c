@@ -8,8 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 bool SA_TEST_MUTABLE unwind_file_enabled = true;
 
@@ -51,14 +49,13 @@ static bool open_verified(struct unwind_file *f, const struct unwind_file_object
     if (id_at < 0 || room < o->id_len)
         return false;
     /* O_NONBLOCK: a name that now names a FIFO must not stop the walk. */
-    int fd = open(o->name[0] ? o->name : "/proc/self/exe", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int fd = os_file_open(o->name[0] ? o->name : "/proc/self/exe", O_NONBLOCK);
     if (fd < 0)
         return false;
-    struct stat st;
     unsigned char id[64];
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        pread(fd, id, o->id_len, id_at) != (ssize_t)o->id_len || memcmp(id, o->id, o->id_len)) {
-        close(fd);
+    if (!os_file_is_regular(fd) || os_file_pread(fd, id, o->id_len, id_at) != (ssize_t)o->id_len ||
+        memcmp(id, o->id, o->id_len)) {
+        os_file_close(fd);
         return false;
     }
     f->fd = fd;
@@ -90,7 +87,7 @@ size_t unwind_file_read_upto(const struct unwind_file *f, uintptr_t addr, void *
     if (at < 0)
         return 0;
     int saved = errno;
-    ssize_t got = pread(f->fd, buf, room < max ? room : max, at);
+    ssize_t got = os_file_pread(f->fd, buf, room < max ? room : max, at);
     errno = saved;
     return got > 0 ? (size_t)got : 0;
 }
@@ -104,7 +101,7 @@ void unwind_file_end(struct unwind_file *f)
 {
     if (f->fd >= 0) {
         int saved = errno;
-        close(f->fd);
+        os_file_close(f->fd);
         errno = saved;
     }
     unwind_file_start(f);

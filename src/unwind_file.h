@@ -23,7 +23,8 @@
  *
  * Costs 8 to 10 reads for a rule the cache did not hold (python3 at the
  * default rate: 1,934 for its whole run), and an open, an fstat, a read
- * and a close per object per walk that needed one; never calls malloc;
+ * and a close per object per walk that needed one, as raw system calls (the
+ * C library's are cancellation points: os.h); never calls malloc;
  * the state lives in the walk's frame.  The file is open only while the
  * walk runs (close-on-exec): a fork() another thread makes meanwhile
  * leaves the child a copy of the descriptor, as any library's open file

@@ -19,7 +19,7 @@
  *                     may read over it), else it asks about each page
  *                     (fuzz_os_readable) and keeps no walk past the first
  *                     for its memo; bit 4: the object's file cannot be
- *                     opened, else it can (fuzz_open and the rest: its
+ *                     opened, else it can (os_file_open and the rest: its
  *                     bytes are the object's, each segment at its vaddr),
  *                     so that with a build ID the _dl_find_object walk
  *                     reads the tables from there (src/unwind_file.c, also
@@ -117,25 +117,10 @@ int fuzz_os_readable(const void *addr);
 
 #define SA_TESTING 1 /* unwind_use_find_object writable: both lookups are tried */
 
-/* The object's file, for unwind_file.c: its system calls renamed to
- * stand-ins (below) that serve the made-up object's bytes.  The headers
- * first, so that only unwind_file.c's calls are renamed. */
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-int fuzz_open(const char *path, int flags, ...);
-ssize_t fuzz_pread(int fd, void *buf, size_t n, off_t at);
-int fuzz_fstat(int fd, struct stat *st);
-int fuzz_close(int fd);
-#define open fuzz_open
-#define pread fuzz_pread
-#define fstat fuzz_fstat
-#define close fuzz_close
+/* The object's file, for unwind_file.c: its system calls (os.h's
+ * os_file_*; os.c is not linked in) are stand-ins (below) that serve the
+ * made-up object's bytes. */
 #include "unwind_file.c"
-#undef open
-#undef pread
-#undef fstat
-#undef close
 
 #define _dl_find_object fuzz_dl_find_object
 #define dl_iterate_phdr fuzz_dl_iterate_phdr
@@ -181,7 +166,7 @@ static struct link_map link_map_of_object = {.l_name = object_name};
 static bool file_readable; /* unless input bit 4 */
 #define FILE_FD 1000
 
-int fuzz_open(const char *path, int flags, ...)
+int os_file_open(const char *path, int flags)
 {
     (void)flags;
     if (!file_readable || strcmp(path, object_name)) {
@@ -194,26 +179,20 @@ int fuzz_open(const char *path, int flags, ...)
 /* The file holds each segment at its vaddr (make_object: p_offset is
  * p_vaddr); unwind_file.c reads only inside a segment's p_filesz, all of
  * it unpoisoned, so a read past one is ASan's to report. */
-ssize_t fuzz_pread(int fd, void *buf, size_t n, off_t at)
+ssize_t os_file_pread(int fd, void *buf, size_t n, off_t at)
 {
     FUZZ_CHECK(fd == FILE_FD && at >= 0 && (size_t)at <= OBJECT_SPAN && n <= OBJECT_SPAN - (size_t)at);
     memcpy(buf, (const void *)(object + (uintptr_t)at), n);
     return (ssize_t)n;
 }
 
-int fuzz_fstat(int fd, struct stat *st)
+bool os_file_is_regular(int fd)
 {
     FUZZ_CHECK(fd == FILE_FD);
-    memset(st, 0, sizeof(*st));
-    st->st_mode = S_IFREG | 0644;
-    return 0;
+    return true;
 }
 
-int fuzz_close(int fd)
-{
-    FUZZ_CHECK(fd == FILE_FD);
-    return 0;
-}
+void os_file_close(int fd) { FUZZ_CHECK(fd == FILE_FD); }
 
 bool sa_link_map_may_unload(const void *l)
 {
