@@ -167,9 +167,6 @@ static void partial_remove(struct central *c, struct span *s)
 /* Partial spans looked at for one of the taker's own before a new span. */
 #define AFFINITY_SCAN 16
 
-/* Words of a class's free bits: its objects', rounded up to 64. */
-static unsigned free_words(unsigned nobjs) { return span_free_words(nobjs); }
-
 /* A new span's bits: all `nobjs` objects free, none beyond. */
 static void set_all_free(struct span *s, unsigned nobjs)
 {
@@ -279,7 +276,7 @@ static void __attribute__((noreturn, cold)) no_free_object(const struct span *s,
 static unsigned take_from_span(struct span *s, size_t size, unsigned nobjs, void **out,
                                unsigned pos)
 {
-    unsigned words = free_words(nobjs), start = pos;
+    unsigned words = span_free_words(nobjs), start = pos;
     uint64_t *span_bits = span_free_bits(s);
     for (unsigned w = 0; w < words && pos > 0; w++) {
         uint64_t bits = span_bits[w];
@@ -414,7 +411,7 @@ static struct returning returning_start(struct central *c, unsigned cls)
         .cls = cls,
         .mul = (((uint64_t)1 << 32) + size - 1) / size,
         .lines = (unsigned)((offsetof(struct span, free_bits0) +
-                             free_words(sizeclass_objects(cls)) * sizeof(uint64_t) +
+                             span_free_words(sizeclass_objects(cls)) * sizeof(uint64_t) +
                              SA_CACHELINE - 1) / SA_CACHELINE),
     };
 }
@@ -711,7 +708,7 @@ static size_t check_span(const struct span *s, unsigned cls)
     if (s->record_kind < span_record_kind_for(nobjs))
         sa_fatal("central: span %p of class %u has too short a record for its %u objects' bits",
                  (void *)s->start, cls, nobjs);
-    unsigned words = free_words(nobjs);
+    unsigned words = span_free_words(nobjs);
     for (unsigned w = 0; w < words; w++) {
         uint64_t bits = span_free_bits_const(s)[w];
         if (w == words - 1 && nobjs % 64 && bits >> (nobjs % 64))

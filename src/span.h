@@ -84,9 +84,12 @@ struct span {
                           * back their chunk's advice (pageheap.c) */
     uint8_t record_kind; /* enum span_record_kind: the record's length, set
                           * when it is made, kept while it is reused */
-    /* What only spans in some states use shares the rest of the first line.
-     * Whoever reads a record it may not own (through the pagemap) checks
-     * its state first (span_state): these fields mean nothing in another. */
+    /* What only spans in some states use shares the rest of the first line:
+     * these fields mean nothing in another state.  Whoever reads a record
+     * it may not own through the pagemap checks its state first
+     * (span_state), or reads the small fields for a live object, whose span
+     * stays small while it is out (tcache.c's span_owner, opt.check's
+     * read of carved). */
     union {
         struct {
             uint16_t allocated; /* small: objects out of the span (thread
