@@ -369,29 +369,10 @@ unsigned central_alloc_batch(unsigned cls, unsigned want, struct central_owner o
 /* Called with the lock held when the last object of `s` came back. */
 static void span_emptied(struct central *c, struct span *s)
 {
-    partial_remove(c, s);
+    if (s->on_list) /* not if it was full until this object */
+        partial_remove(c, s);
     c->spans--;
     pageheap_free(s);
-}
-
-/* Objects of one span, next to each other in a batch given back. */
-struct run {
-    struct span *span; /* NULL: none open */
-    unsigned len;
-};
-
-/* Under the lock: the run's objects are back in its span's bits; now its
- * counts and lists.  Inlined into return_group: after random frees over a
- * large heap nearly every object is a run of its own (bench's phase: 576 k
- * runs for 599 k objects), and the call was 1.9% of phase's instructions. */
-static inline __attribute__((always_inline)) void return_run(struct central *c, struct run r)
-{
-    struct span *s = r.span;
-    s->allocated = (uint16_t)(s->allocated - r.len);
-    if (!s->on_list)
-        partial_push(c, s);
-    if (s->allocated == 0)
-        span_emptied(c, s);
 }
 
 /* An object given back whose bit is set already: freed twice (or a
@@ -417,7 +398,6 @@ struct returning {
      * prefetches: the first line only, but for classes below 128 bytes
      * (over 64 objects a span); never more than RECORD_BITS_LINES. */
     unsigned lines;
-    struct run run; /* the run still open from the group before */
 };
 
 static struct returning returning_start(struct central *c, unsigned cls)
@@ -440,62 +420,71 @@ _Static_assert(offsetof(struct span, free_bits0) + SPAN_FREE_WORDS * sizeof(uint
                    RECORD_BITS_LINES * SA_CACHELINE,
                "a span record's free bits reach past its third line");
 
-/* The span record of `obj`, its first `lines` lines (1 to
- * RECORD_BITS_LINES) prefetched for writing.  Written out, not a loop,
- * and inlined (gcc called it once the loop was gone): a loop's counter
- * and test cost 4 instructions a line, on every object that lies on a
- * page of its own in a batch (bench's phase: 99% of them). */
+/* The span record of `obj`, its first LINES lines (1 to RECORD_BITS_LINES)
+ * prefetched for writing.  LINES is a constant in each of return_group's
+ * three copies of its first pass: tested there, it cost 4 instructions an
+ * object. */
 static inline __attribute__((always_inline)) struct span *
-span_prefetched(const void *obj, unsigned lines)
+span_prefetched(const void *obj, unsigned LINES)
 {
     struct span *s = pagemap_span_of_small(obj);
     __builtin_prefetch(s, 1);
-    if (lines > 1)
+    if (LINES > 1)
         __builtin_prefetch((char *)s + SA_CACHELINE, 1);
-    if (lines > 2)
+    if (LINES > 2)
         __builtin_prefetch((char *)s + 2 * SA_CACHELINE, 1);
     return s;
+}
+
+/* spans[i] = span_prefetched(objs[i]), i < k; an object in the page of
+ * the one before it takes that one's record without the look-up. */
+static inline __attribute__((always_inline)) void
+spans_prefetched(void *const *objs, unsigned k, struct span **spans, unsigned LINES)
+{
+    spans[0] = span_prefetched(objs[0], LINES);
+    for (unsigned i = 1; i < k; i++)
+        spans[i] = ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0
+                       ? spans[i - 1]
+                       : span_prefetched(objs[i], LINES);
 }
 
 /* Under the lock: `k` (1 <= k <= RETURN_GROUP) objects of a batch back
  * into their spans' bits.
  *
- * Objects of one span often lie next to each other in a batch (freed in
- * the order they were allocated; a consumer's remote frees of what a
- * producer took in one batch): such a run's counts and lists are updated
- * once.  (prodcons/64: 45 objects a run; cxx_workload and sizemix 1.7-1.8.)
+ * A first pass looks up each object's span record and prefetches it; a
+ * second sets the bits.  Done object after object, the loop's branch
+ * waited on each record: after a program frees at random across a large
+ * heap the records are cold, and that wait was 10.7% of phase's profile
+ * (perf, 300,000 objects a build), 5.3% grouped.
  *
- * A first pass looks up each object's span record and prefetches it (an
- * object in the page of the one before it skips the lookup); a second sets
- * the bits.  Done object after object, the loop's branch waited on each
- * record: after a program frees at random across a large heap the records
- * are cold, and that wait was 10.7% of phase's profile (perf, 300,000
- * objects a build), 5.3% grouped.  A run's span keeps its record while the
- * run is open across groups: the run's objects are still counted out of
- * it.  The open run is kept in locals, not in `rt`: written through the
- * pointer, its span was loaded and its length stored again for every
- * object (the compiler cannot tell `rt` from the bits being written). */
+ * Each object is counted out of its span as its bit is set.  Counted once
+ * for a run of a span's objects side by side in the batch, they cost 14
+ * instructions an object more where runs are one object long, as they
+ * nearly all are after random frees (bench's phase: 576 k runs for 599 k
+ * objects; perl freeing a 300,000-key hash: 580 k for 600 k).  A long run
+ * (prodcons/64: 45 objects) pays one instruction an object more.
+ *
+ * A span emptied goes to the page heap once the group is done: a block
+ * freed twice in the group then finds its bit set in the span's record,
+ * not in a record the page heap has had back. */
 #define RETURN_GROUP 32
 
-static void return_group(struct returning *rt, void *const *objs, unsigned k)
+static void return_group(const struct returning *rt, void *const *objs, unsigned k)
 {
     struct span *spans[RETURN_GROUP];
-    unsigned lines = rt->lines;
-    spans[0] = span_prefetched(objs[0], lines);
-    for (unsigned i = 1; i < k; i++)
-        spans[i] = ((uintptr_t)objs[i] ^ (uintptr_t)objs[i - 1]) >> SA_PAGE_SHIFT == 0
-                       ? spans[i - 1]
-                       : span_prefetched(objs[i], lines);
-    struct run run = rt->run;
+    if (rt->lines == 1)
+        spans_prefetched(objs, k, spans, 1);
+    else if (rt->lines == 2)
+        spans_prefetched(objs, k, spans, 2);
+    else
+        spans_prefetched(objs, k, spans, RECORD_BITS_LINES);
+    struct central *c = rt->c;
     uint64_t mul = rt->mul;
+    struct span *emptied[RETURN_GROUP];
+    unsigned nemptied = 0;
     for (unsigned i = 0; i < k; i++) {
         struct span *s = spans[i];
-        if (s != run.span) {
-            if (run.span)
-                return_run(rt->c, run);
-            SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == rt->cls);
-            run = (struct run){s, 0};
-        }
+        SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == rt->cls);
         uintptr_t off = (uintptr_t)objs[i] - s->start;
         SA_ASSERT(off % sizeclass_size(rt->cls) == 0);
         unsigned idx = (unsigned)((off * mul) >> 32);
@@ -503,16 +492,13 @@ static void return_group(struct returning *rt, void *const *objs, unsigned k)
         if (*word & bit)
             freed_twice(objs[i], rt->cls);
         *word |= bit;
-        run.len++;
+        if (--s->allocated == 0)
+            emptied[nemptied++] = s;
+        else if (!s->on_list)
+            partial_push(c, s);
     }
-    rt->run = run;
-}
-
-/* Under the lock: the run left open by the last group. */
-static void returning_end(struct returning *rt)
-{
-    if (rt->run.span)
-        return_run(rt->c, rt->run);
+    for (unsigned i = 0; i < nemptied; i++)
+        span_emptied(c, emptied[i]);
 }
 
 /* Under the lock: objs[0, n) back into their spans. */
@@ -523,7 +509,6 @@ static void return_to_spans(struct central *c, unsigned cls, void *const *objs, 
     struct returning rt = returning_start(c, cls);
     for (unsigned i = 0; i < n; i += RETURN_GROUP)
         return_group(&rt, objs + i, n - i < RETURN_GROUP ? n - i : RETURN_GROUP);
-    returning_end(&rt);
 }
 
 /* central_free_batch and central_free_one: a cache's flush (counted as
@@ -575,7 +560,6 @@ void central_free_chain(unsigned cls, void *head, unsigned n)
         }
         return_group(&rt, group, k);
     }
-    returning_end(&rt);
     sa_unlock(&c->lock);
     debug_check(cls);
 }

@@ -323,35 +323,6 @@ static void test_api_bad_alignments(void **state)
     assert_int_equal(errno, ENOMEM);
 }
 
-/* Runs `fn(arg)` in a child; returns its stderr and sets *sig to the
- * signal that killed it (0 if it exited). */
-static char *run_in_child(void (*fn)(void *), void *arg, int *sig)
-{
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        signal(SIGABRT, SIG_DFL);
-        fn(arg);
-        _exit(0);
-    }
-    close(fds[1]);
-    static char buf[4096];
-    size_t n = 0;
-    ssize_t r;
-    while ((r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    *sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    return buf;
-}
-
 static void do_free(void *p) { free(p); }
 
 static void double_free_large(void *unused)
@@ -406,7 +377,7 @@ static void usable_size_foreign(void *p) { (void)malloc_usable_size(p); }
 static void expect_invalid(void (*fn)(void *), void *arg, void *shown, const char *what)
 {
     int sig;
-    char *err = run_in_child(fn, arg, &sig);
+    char *err = unit_run_in_child(fn, arg, &sig);
     char want[128];
     snprintf(want, sizeof(want), "salloc: %s(): invalid pointer %p", what, shown);
     if (sig != SIGABRT || !strstr(err, want))
@@ -428,17 +399,17 @@ static void test_api_invalid_free_aborts_with_message(void **state)
     expect_invalid(do_free, large + 8192, large + 8192, "free"); /* inside a large block */
     free(large);
     int sig;
-    char *err = run_in_child(double_free_large, NULL, &sig);
+    char *err = unit_run_in_child(double_free_large, NULL, &sig);
     assert_int_equal(sig, SIGABRT);
     assert_non_null(strstr(err, "salloc: free(): invalid pointer 0x"));
     /* Without opt.check too, once both frees reach the block's span. */
-    err = run_in_child(double_free_small, NULL, &sig);
+    err = unit_run_in_child(double_free_small, NULL, &sig);
     if (sig != SIGABRT || !strstr(err, "salloc: free(): double free of the 48-byte block at 0x"))
         fail_msg("double free of a small block: signal %d, stderr \"%s\"", sig, err);
     const size_t sampled_sizes[] = {100, (size_t)1 << 20};
     for (size_t k = 0; k < 2; k++) {
         size_t size = sampled_sizes[k];
-        err = run_in_child(double_free_sampled, (void *)size, &sig);
+        err = unit_run_in_child(double_free_sampled, (void *)size, &sig);
         if (sig != SIGABRT || !strstr(err, "salloc: free(): invalid pointer 0x"))
             fail_msg("double free of a sampled %zu-byte block: signal %d, stderr \"%s\"", size,
                      sig, err);
@@ -514,7 +485,7 @@ static void test_api_zero_realloc(void **state)
     assert_int_equal(conf_apply("zero_realloc:free", "test"), 0);
 
     int sig;
-    char *err = run_in_child(realloc_to_zero_in_child, NULL, &sig);
+    char *err = unit_run_in_child(realloc_to_zero_in_child, NULL, &sig);
     assert_int_equal(sig, SIGABRT);
     assert_non_null(strstr(err, "salloc: realloc(0x"));
     assert_non_null(strstr(err, ", 0): a zero size, refused under zero_realloc:abort"));

@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "central.h"
@@ -37,6 +40,36 @@ static inline void unit_check(const unsigned char *p, size_t n, unsigned seed)
     for (size_t i = 0; i < n; i++)
         if (p[i] != (unsigned char)(i * 31 + seed))
             fail_msg("byte %zu of %p lost", i, (const void *)p);
+}
+
+/* Runs `fn(arg)` in a child; returns its stderr (in a buffer the next
+ * call reuses) and sets *sig to the signal that killed it (0 if it
+ * exited). */
+static inline char *unit_run_in_child(void (*fn)(void *), void *arg, int *sig)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        signal(SIGABRT, SIG_DFL);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    static char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    *sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return buf;
 }
 
 /* Resident set size of this process in bytes, from /proc/self/statm. */
