@@ -69,7 +69,10 @@ SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
         return NULL; /* due for sampling: the slow path samples it */
     tc->bytes_until_sample = left;
     bin->top = top - 1;
-    return top[-1];
+    void *obj = top[-1];
+    if (obj == NULL) /* never: a stack holds objects (tcache_check) */
+        __builtin_unreachable(); /* so operator new and calloc test no result */
+    return obj;
 }
 
 /* The class of a small request, 0 for a larger one: one table load up to
@@ -89,8 +92,7 @@ SA_FAST_PATH unsigned small_class_of(size_t size)
  * common case makes no call and saves no register. */
 SA_FAST_PATH void *fast_malloc_cached(size_t size)
 {
-    unsigned cls = small_class_of(size);
-    return likely(cls != 0) ? tcache_alloc_fast(cls) : NULL;
+    return tcache_alloc_fast(small_class_of(size)); /* class 0's stack is always empty */
 }
 
 /* Where fast_malloc would have gone when fast_malloc_cached gave NULL: the
@@ -125,7 +127,10 @@ SA_FAST_PATH void *fast_malloc(size_t size)
     return top[-1];
 }
 
-SA_FAST_PATH void fast_free(void *p)
+/* fast_free without its way out: true if `p` went onto its stack; else
+ * false (nothing changed), and *slow_cls is the class free_slow takes.
+ * For the sized deletes, whose way out checks the size under opt.check. */
+SA_FAST_PATH bool free_cached(void *p, unsigned *slow_cls)
 {
     unsigned owner, cls = pagemap_class_owner(p, &owner);
     struct tcache *tc = tcache_get();
@@ -135,10 +140,18 @@ SA_FAST_PATH void fast_free(void *p)
         if (likely((uint16_t)(uintptr_t)top != bin->full_bits)) {
             *top = p;
             bin->top = top + 1;
-            return;
+            return true;
         }
     }
-    free_slow(p, cls);
+    *slow_cls = cls;
+    return false;
+}
+
+SA_FAST_PATH void fast_free(void *p)
+{
+    unsigned cls;
+    if (unlikely(!free_cached(p, &cls)))
+        free_slow(p, cls);
 }
 
 #endif

@@ -7,12 +7,14 @@
  * Under opt.check (SALLOC_CONF=check:true):
  *   - a pointer into the middle of a small block, a block never allocated,
  *     a double free (caught in the thread's cache and in its span), a sized
- *     free of the wrong size: "salloc: free(): ..." naming the address,
+ *     free (C23's, or C++'s sized delete) of the wrong size: "salloc:
+ *     free(): ..." (or the function's name) naming the address,
  *     then abort; a realloc of a freed block that would keep its place:
  *     "salloc: realloc(): use after free ...";
  *   - the sizes a block may be freed with: its request, a realloc that kept
  *     it in place (a one-page aligned block too), an aligned request with
- *     free_aligned_sized (aligned to 16 under 16 bytes too): no abort.
+ *     free_aligned_sized (aligned to 16 under 16 bytes too), C++'s sized
+ *     and aligned sized deletes: no abort.
  * Always (no option), for sampled blocks (lg_prof_sample:0: every block is
  * sampled): a pointer into one and a double free say so and print the stack
  * that allocated it, with this program's function names (built -rdynamic).
@@ -55,6 +57,36 @@ static void free_aligned_sized(void *p, size_t align, size_t size)
     f(p, align, size);
 }
 
+/* C++'s operator new and sized deletes, salloc's, by their Itanium-ABI
+ * names (this program is C). */
+static void *cxx_symbol(const char *name)
+{
+    void *f = dlsym(RTLD_DEFAULT, name);
+    if (!f)
+        _exit(4);
+    return f;
+}
+
+static void *cxx_new(size_t size)
+{
+    return ((void *(*)(size_t))cxx_symbol("_Znwm"))(size);
+}
+
+static void *cxx_new_aligned(size_t size, size_t align)
+{
+    return ((void *(*)(size_t, size_t))cxx_symbol("_ZnwmSt11align_val_t"))(size, align);
+}
+
+static void cxx_delete_sized(void *p, size_t size)
+{
+    ((void (*)(void *, size_t))cxx_symbol("_ZdlPvm"))(p, size);
+}
+
+static void cxx_delete_sized_aligned(void *p, size_t size, size_t align)
+{
+    ((void (*)(void *, size_t, size_t))cxx_symbol("_ZdlPvmSt11align_val_t"))(p, size, align);
+}
+
 /* ---- the scenarios (run in the child) ---- */
 
 /* They make these mistakes on purpose. */
@@ -66,7 +98,7 @@ static void *volatile sink;
 /* Global (not static): -rdynamic exports them, so salloc's messages can
  * name them (dladdr reads the dynamic symbol table). */
 void interior_free(void), double_free_in_cache(void), double_free_in_span(void);
-void never_allocated(void), wrong_size(void), right_sizes(void);
+void never_allocated(void), wrong_size(void), wrong_size_delete(void), right_sizes(void);
 void into_sampled_block(void), double_free_sampled(void), realloc_after_free(void);
 void into_sampled_large_block(void);
 
@@ -124,6 +156,12 @@ __attribute__((noinline)) void wrong_size(void)
     free_sized(p, 200);
 }
 
+__attribute__((noinline)) void wrong_size_delete(void)
+{
+    void *p = announce(cxx_new(100));
+    cxx_delete_sized(p, 200);
+}
+
 __attribute__((noinline)) void right_sizes(void)
 {
     void *p = malloc(100);
@@ -140,6 +178,10 @@ __attribute__((noinline)) void right_sizes(void)
     free_sized(p, 539);
     p = malloc((size_t)1 << 20);
     free_sized(p, (size_t)1 << 20);
+    p = cxx_new(100); /* C++'s sized deletes check as free_sized does */
+    cxx_delete_sized(p, 100);
+    p = cxx_new_aligned(100, 64);
+    cxx_delete_sized_aligned(p, 100, 64);
     for (int i = 0; i < 100000; i++) { /* and ordinary traffic is undisturbed */
         void *q = malloc((size_t)(i % 500) + 1);
         free(q);
@@ -174,6 +216,7 @@ static const struct {
     {"interior_free", interior_free},     {"double_free_in_cache", double_free_in_cache},
     {"double_free_in_span", double_free_in_span}, {"never_allocated", never_allocated},
     {"wrong_size", wrong_size},           {"right_sizes", right_sizes},
+    {"wrong_size_delete", wrong_size_delete},
     {"into_sampled_block", into_sampled_block}, {"double_free_sampled", double_free_sampled},
     {"realloc_after_free", realloc_after_free},
     {"into_sampled_large_block", into_sampled_large_block},
@@ -242,6 +285,9 @@ static void test_check_sized_frees(void **state)
     (void)state;
     expect_abort("wrong_size", "check:true",
                  "salloc: free_sized(): size 200 does not match the 112-byte block at %p", 0, NULL);
+    expect_abort("wrong_size_delete", "check:true",
+                 "salloc: operator delete(): size 200 does not match the 112-byte block at %p", 0,
+                 NULL);
     struct child_outcome o;
     run("right_sizes", "check:true", &o);
     if (o.signal || o.status != 0 || !strstr(o.out, "fine"))
