@@ -249,27 +249,27 @@ static void test_xallocx_thread_counters(void **state)
                      a0 - d0);
 }
 
-static void wrong_size_in_child(int flags, size_t size, char *msg, size_t cap)
+struct sized_free {
+    int flags;
+    size_t size;
+};
+
+static void free_with_size(void *arg)
 {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        signal(SIGABRT, SIG_DFL);
-        opt_check = true; /* the size check of a sized free */
-        void *p = mallocx(100, flags);
-        sdallocx(p, size, flags);
-        _exit(0);
-    }
-    close(fds[1]);
-    ssize_t n = read(fds[0], msg, cap - 1);
-    msg[n > 0 ? n : 0] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    const struct sized_free *f = arg;
+    opt_check = true; /* the size check of a sized free */
+    void *p = mallocx(100, f->flags);
+    sdallocx(p, f->size, f->flags);
+}
+
+/* sdallocx of a 100-byte block with `size`, in a child that must abort;
+ * its stderr. */
+static const char *wrong_size_in_child(int flags, size_t size)
+{
+    int sig;
+    char *err = unit_run_in_child(free_with_size, &(struct sized_free){flags, size}, &sig);
+    assert_int_equal(sig, SIGABRT);
+    return err;
 }
 
 /* Under opt.check, sdallocx with a size the block was not asked for
@@ -277,11 +277,10 @@ static void wrong_size_in_child(int flags, size_t size, char *msg, size_t cap)
 static void test_xallocx_sdallocx_checks_its_size(void **state)
 {
     (void)state;
-    char msg[512];
-    wrong_size_in_child(0, 5000, msg, sizeof(msg));
-    assert_non_null(strstr(msg, "sdallocx(): size 5000 does not match the 112-byte block"));
-    wrong_size_in_child(MALLOCX_ALIGN(4096), 100000, msg, sizeof(msg));
-    assert_non_null(strstr(msg, "sdallocx(): size 100000 does not match"));
+    assert_non_null(strstr(wrong_size_in_child(0, 5000),
+                           "sdallocx(): size 5000 does not match the 112-byte block"));
+    assert_non_null(strstr(wrong_size_in_child(MALLOCX_ALIGN(4096), 100000),
+                           "sdallocx(): size 100000 does not match"));
 }
 
 int main(void)
