@@ -383,6 +383,28 @@ static void __attribute__((noreturn, cold)) freed_twice(const void *obj, unsigne
              sizeclass_size(cls), obj);
 }
 
+/* An object given back whose span record is no longer a small span of its
+ * class: the span emptied and went to the page heap while another copy of
+ * the object sat in a cache (freed twice, the copies given back in two
+ * groups).  Its bits would have been written into a free span's fields. */
+static void __attribute__((noreturn, cold)) span_gone(const void *obj, unsigned cls)
+{
+    sa_fatal("free(): double free of the %zu-byte block at %p (its span is empty and given back)",
+             sizeclass_size(cls), obj);
+}
+
+/* A record's state and class bytes together, as span_live_as reads them. */
+static uint16_t state_and_class(unsigned state, unsigned cls)
+{
+    struct span s = {.state = (uint8_t)state, .cls = (uint8_t)cls};
+    uint16_t both;
+    memcpy(&both, &s.state, sizeof(both));
+    return both;
+}
+
+_Static_assert(offsetof(struct span, cls) == offsetof(struct span, state) + 1,
+               "a record's class byte follows its state byte");
+
 /* What putting objects of one class back into their spans needs.  Worked
  * out once a batch, not once a group of RETURN_GROUP objects: the objects
  * per span take a 64-bit division, whose latency fell on every group's
@@ -398,6 +420,7 @@ struct returning {
      * prefetches: the first line only, but for classes below 128 bytes
      * (over 64 objects a span); never more than RECORD_BITS_LINES. */
     unsigned lines;
+    uint16_t live; /* state_and_class(SPAN_SMALL, cls) */
 };
 
 static struct returning returning_start(struct central *c, unsigned cls)
@@ -410,6 +433,7 @@ static struct returning returning_start(struct central *c, unsigned cls)
         .lines = (unsigned)((offsetof(struct span, free_bits0) +
                              span_free_words(sizeclass_objects(cls)) * sizeof(uint64_t) +
                              SA_CACHELINE - 1) / SA_CACHELINE),
+        .live = state_and_class(SPAN_SMALL, cls),
     };
 }
 
@@ -466,7 +490,9 @@ spans_prefetched(void *const *objs, unsigned k, struct span **spans, unsigned LI
  *
  * A span emptied goes to the page heap once the group is done: a block
  * freed twice in the group then finds its bit set in the span's record,
- * not in a record the page heap has had back. */
+ * not in a record the page heap has had back.  A copy in a later group or
+ * batch finds the record no longer a small span of its class (2
+ * instructions an object). */
 #define RETURN_GROUP 32
 
 static void return_group(const struct returning *rt, void *const *objs, unsigned k)
@@ -480,11 +506,15 @@ static void return_group(const struct returning *rt, void *const *objs, unsigned
         spans_prefetched(objs, k, spans, RECORD_BITS_LINES);
     struct central *c = rt->c;
     uint64_t mul = rt->mul;
+    uint16_t live = rt->live;
     struct span *emptied[RETURN_GROUP];
     unsigned nemptied = 0;
     for (unsigned i = 0; i < k; i++) {
         struct span *s = spans[i];
-        SA_ASSERT(s && s->state == SPAN_SMALL && s->cls == rt->cls);
+        uint16_t now;
+        memcpy(&now, &s->state, sizeof(now)); /* state and class: one compare */
+        if (unlikely(now != live))
+            span_gone(objs[i], rt->cls);
         uintptr_t off = (uintptr_t)objs[i] - s->start;
         SA_ASSERT(off % sizeclass_size(rt->cls) == 0);
         unsigned idx = (unsigned)((off * mul) >> 32);
