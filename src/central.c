@@ -393,13 +393,19 @@ static void __attribute__((noreturn, cold)) span_gone(const void *obj, unsigned 
              sizeclass_size(cls), obj);
 }
 
-/* A record's state and class bytes together, as span_live_as reads them. */
+/* A record's state and class bytes as one value: return_group compares
+ * both in one instruction. */
+static inline uint16_t state_and_class_of(const struct span *s)
+{
+    uint16_t both;
+    memcpy(&both, &s->state, sizeof(both));
+    return both;
+}
+
+/* What state_and_class_of reads in a record of `state` and `cls`. */
 static uint16_t state_and_class(unsigned state, unsigned cls)
 {
-    struct span s = {.state = (uint8_t)state, .cls = (uint8_t)cls};
-    uint16_t both;
-    memcpy(&both, &s.state, sizeof(both));
-    return both;
+    return state_and_class_of(&(struct span){.state = (uint8_t)state, .cls = (uint8_t)cls});
 }
 
 _Static_assert(offsetof(struct span, cls) == offsetof(struct span, state) + 1,
@@ -511,9 +517,7 @@ static void return_group(const struct returning *rt, void *const *objs, unsigned
     unsigned nemptied = 0;
     for (unsigned i = 0; i < k; i++) {
         struct span *s = spans[i];
-        uint16_t now;
-        memcpy(&now, &s->state, sizeof(now)); /* state and class: one compare */
-        if (unlikely(now != live))
+        if (unlikely(state_and_class_of(s) != live))
             span_gone(objs[i], rt->cls);
         uintptr_t off = (uintptr_t)objs[i] - s->start;
         SA_ASSERT(off % sizeclass_size(rt->cls) == 0);
