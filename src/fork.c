@@ -15,6 +15,7 @@
 #include "meta.h"
 #include "pageheap.h"
 #include "tcache.h"
+#include "unwind.h"
 
 static void prefork(void)
 {
@@ -53,6 +54,7 @@ static void postfork_child(void)
     tcache_postfork_child(init_current_cache());
     guard_postfork_child();
     prof_postfork_child();
+    unwind_postfork_child();
     ctl_postfork_child();
     background_postfork_child();
 }

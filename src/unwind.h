@@ -158,6 +158,12 @@ bool sa_link_map_may_unload(const void *link_map);
 #define SA_UNWIND_MUTABLE const
 #endif
 extern SA_UNWIND_MUTABLE bool unwind_use_find_object;
+/* How many keys the search tables' indexes may hold in all (unwind.c);
+ * tests lower it to have objects go without. */
+extern SA_UNWIND_MUTABLE uint32_t unwind_index_keys_max;
+/* In a fork() child: another thread's build of an index did not come
+ * along; others may build again. */
+void unwind_postfork_child(void);
 
 /* The top of the stack that `sp` is on, as far as a walk may read: the
  * thread's descriptor for a thread glibc started, the page above
@@ -176,6 +182,8 @@ struct unwind_stats {
     uint64_t from_files; /* of those, read from the object's file (unwind_file.h) */
     uint64_t stale;     /* cached rules found stale: their code was unloaded */
     uint64_t objects;   /* objects described the long way, not met before */
+    uint64_t indexes;   /* objects whose search table got an index (unwind.c) */
+    uint64_t indexed;   /* rules whose table search started from an index */
     uint64_t replays;   /* walks replayed from a thread's memo */
     uint64_t cache_entries; /* entries the rule cache indexes now (grows once) */
 };
@@ -186,6 +194,11 @@ void unwind_get_stats(struct unwind_stats *st);
  * the stack; *cfa_rbp, *cfa_off, *rbp_slot (0: rbp unchanged) describe it. */
 bool unwind_rule_for_test(uintptr_t pc, bool *outermost, bool *cfa_rbp, uint32_t *cfa_off,
                           uint32_t *rbp_slot);
+
+/* For tests: the rules for code addresses pcs[0, n) into rules[], as one
+ * walk computes them (one file open, its copy of the last CIE read); the
+ * rule cache is neither read nor written. */
+void unwind_rules_for_test(const uintptr_t *pcs, unsigned n, uint32_t *rules);
 
 /* For tests: the rule for code address `pc` through the rule cache, as a
  * walk finds it (computed and kept on a miss). */

@@ -1112,8 +1112,11 @@ static bool same_rule(struct rule a, struct rule b)
 
 /* Every function of the object holding `code`, at its entry, one byte in
  * and halfway through: the same rule from the file as from memory, and
- * the file was read. */
-static void file_rules_match(const void *code, const char *what)
+ * the file was read; with `indexed`, every search of its table from the
+ * file started from the table's index (unwind.c), else none did.  So the
+ * index's blocks are checked at each of their edges: the first function
+ * of every block, the last of the one before. */
+static void file_rules_match(const void *code, const char *what, bool indexed)
 {
     struct eh_hdr h = hdr_of(code);
     uint32_t n = 0;
@@ -1136,23 +1139,84 @@ static void file_rules_match(const void *code, const char *what)
         }
     }
     unwind_get_stats(&after);
-    fprintf(stderr, "# %s: %u rules, %lu read from the file\n", what, compared,
-            (unsigned long)(after.from_files - before.from_files));
+    uint64_t from_files = after.from_files - before.from_files;
+    fprintf(stderr, "# %s: %u rules, %lu read from the file, %lu through an index\n", what,
+            compared, (unsigned long)from_files, (unsigned long)(after.indexed - before.indexed));
     /* every second computation was with files on; a few PCs of an
      * object can lie in no loaded segment (none then is read) */
-    assert_true(after.from_files - before.from_files >= compared * 9 / 10);
+    assert_true(from_files >= compared * 9 / 10);
+    assert_int_equal(after.indexed - before.indexed, indexed ? from_files : 0);
 }
 
+/* A table of 1,024 entries or more gets an index; a smaller one does not
+ * (this program's, about 600), nor does a big one once the keys run out:
+ * then its rules, searched as before, are still right. */
 static void test_unwind_rules_from_files_match_memory(void **state)
 {
     (void)state;
-    file_rules_match((const void *)qsort, "libc");
-    file_rules_match((const void *)capture_both, "this program");
+    file_rules_match((const void *)qsort, "libc", true);
+    file_rules_match((const void *)capture_both, "this program", false);
     struct both b;
     uintptr_t at;
     void *h = through_library("libunwind_a.so", &b, &at);
-    file_rules_match((const void *)at, "libunwind_a.so");
+    file_rules_match((const void *)at, "libunwind_a.so", false);
     dlclose(h);
+
+    /* libstdc++ (4,867 entries), which this program does not load else */
+    void *cxx = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL);
+    if (!cxx)
+        fail_msg("dlopen libstdc++.so.6: %s", dlerror());
+    void *code = dlsym(cxx, "_ZNSt9exceptionD1Ev"); /* std::exception::~exception */
+    assert_non_null(code);
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    uint32_t saved = unwind_index_keys_max;
+    unwind_index_keys_max = 0;
+    file_rules_match(code, "libstdc++, no room for its index", false);
+    unwind_index_keys_max = saved;
+    unwind_get_stats(&after);
+    assert_int_equal(after.indexes, before.indexes);
+    dlclose(cxx);
+}
+
+
+/* libc's functions one after the other, as one walk: with its file read
+ * once and the walk's copy of the last CIE read (libc has three), the
+ * same rules as in memory. */
+static void test_unwind_rules_of_one_walk_match_memory(void **state)
+{
+    (void)state;
+    struct eh_hdr h = hdr_of((const void *)qsort);
+    uint32_t n = 0;
+    function_start(&h, 0, &n);
+    assert_true(n > 1000);
+    uintptr_t *pcs = malloc(2 * n * sizeof(*pcs));
+    uint32_t *from_file = malloc(2 * n * sizeof(*from_file));
+    uint32_t *in_memory = malloc(2 * n * sizeof(*in_memory));
+    assert_true(pcs && from_file && in_memory);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t unused;
+        uintptr_t start = function_start(&h, i, &unused);
+        uintptr_t next = i + 1 < n ? function_start(&h, i + 1, &unused) : start + 2;
+        pcs[2 * i] = start + 1;
+        pcs[2 * i + 1] = start + (next - start) / 2;
+    }
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    unwind_rules_for_test(pcs, 2 * n, from_file);
+    unwind_get_stats(&after);
+    assert_true(after.from_files - before.from_files >= 2 * n * 9 / 10);
+    bool saved = unwind_file_enabled;
+    unwind_file_enabled = false;
+    unwind_rules_for_test(pcs, 2 * n, in_memory);
+    unwind_file_enabled = saved;
+    for (uint32_t i = 0; i < 2 * n; i++)
+        if (from_file[i] != in_memory[i])
+            fail_msg("pc %#lx (function %u of %u): rule %#x from the walk's file, %#x in memory",
+                     (unsigned long)pcs[i], i / 2, n, from_file[i], in_memory[i]);
+    free(pcs);
+    free(from_file);
+    free(in_memory);
 }
 
 /* Present pages of [lo, hi), page-aligned, from /proc/self/pagemap. */
@@ -1336,6 +1400,7 @@ int main(void)
         cmocka_unit_test(test_unwind_memo_ignores_saved_rbp_nothing_uses),
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
         cmocka_unit_test(test_unwind_rules_from_files_match_memory),
+        cmocka_unit_test(test_unwind_rules_of_one_walk_match_memory),
         cmocka_unit_test(test_unwind_reads_tables_without_mapping_them),
         cmocka_unit_test(test_unwind_reads_memory_when_the_file_changed),
         cmocka_unit_test(test_unwind_file_reads_are_no_cancellation_points),
