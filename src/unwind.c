@@ -527,50 +527,58 @@ static struct cursor record_at(const struct object *o, uintptr_t p, uint8_t *buf
  * the last block is a pread(): 10 for a rule of gcc's cc1 (45,201
  * entries), with the block's, the FDE's and the CIE's 13 in all.  gcc -O2
  * -c src/prof.c at the default rate made 8,833 to 9,768 reads, and spent
- * 13.8 ms more system time than with prof:false (50.5 ms against 36.7,
- * medians of 15).  So an object whose table is read from its file gets an
- * index at its first rule: the start of every TABLE_BLOCK-th entry, read
- * once (INDEX_CHUNK entries a read), after which a rule reads the block
- * the index names and the FDE, and the CIE unless the walk has it
- * (file_record_bytes): gcc then made 1,885 reads, and 8.0 ms more system
- * time (44.7 ms).
+ * 13.8 to 16.4 ms more system time than with prof:false (medians of 15
+ * and 25 runs).  So an object whose table is read from its file gets, at
+ * its INDEX_AFTER_SEARCHES-th search, an index: the start of every
+ * TABLE_BLOCK-th entry, read once (INDEX_CHUNK entries a read), after
+ * which a rule reads the block the index names and the FDE, and the CIE
+ * unless the walk has it (file_record_bytes): gcc then made 2,306 to
+ * 2,377 reads, and 4.0 ms more system time (median of 25).
  *
- * Keyed by the object's tag (describe_found: this loading of this code)
- * and its table's address and length.  Like the objects met before, the
- * entries are append-only and never change once ready, so readers take no
- * lock; one thread builds at a time (a try-lock: another finds no index
- * meanwhile and searches the table as before, as does every object once
- * the entries or keys run out, and one whose table could not be read).
- * Objects read in memory get none: reading their whole table would map it
- * (unwind_file.h).  Bytes: 4 a key (cc1: 2.8 KiB, libc 236), in .lbss,
- * touched only as used; building one reads through an 8 KiB buffer there
- * too. */
+ * Not at its first search: building one touches 8 KiB of buffer and a
+ * page of keys, which a program with a few dozen rules (a small one's,
+ * libc's and libstdc++'s) would carry for nothing: bench_core's pair/16
+ * had 12 KiB more resident in salloc's memory with an index at the first
+ * search.  Keyed by the object's tag (describe_found: this loading of
+ * this code) and its table's address and length.  Like the objects met
+ * before, the entries are append-only; once ready an entry never changes,
+ * so readers take no lock.  One thread claims or builds at a time (a
+ * try-lock: another meanwhile searches the table as before, as does every
+ * object once the entries or keys run out, and one whose table could not
+ * be read).  Objects read in memory get none: reading their whole table
+ * would map it (unwind_file.h).  Bytes: 4 a key (cc1: 2.8 KiB, libc 236),
+ * in .lbss, touched only as used. */
 #define INDEXED_OBJECTS 32
 #define INDEX_KEYS (1u << 14)
 #define INDEX_CHUNK 1024 /* entries a read while building: 8 KiB */
 /* Smaller tables take 4 reads or fewer to search: not worth an index. */
 #define INDEX_MIN_ENTRIES (TABLE_BLOCK * 16)
+#define INDEX_AFTER_SEARCHES UNWIND_INDEX_AFTER_SEARCHES
 
-enum { INDEX_BUILDING = 1, INDEX_READY, INDEX_NONE };
+enum { INDEX_COUNTING = 1, INDEX_READY, INDEX_NONE };
 
 struct table_index {
     uint64_t tag;
     uintptr_t table;
     uint64_t n;
-    uint32_t first; /* its keys: index_keys[first, first + ceil(n / TABLE_BLOCK)) */
-    unsigned state; /* atomic */
+    uint32_t first;    /* its keys: index_keys[first, first + ceil(n / TABLE_BLOCK)) */
+    unsigned searches; /* atomic: while counting, the searches of its table */
+    unsigned state;    /* atomic */
 };
 
 static struct table_index indexes[INDEXED_OBJECTS];
 static unsigned indexes_claimed; /* atomic; entries below it are claimed */
-static uint32_t index_keys_used; /* only the builder reads or writes it */
-static bool index_builder;      /* atomic: the try-lock */
+static uint32_t index_keys_used; /* only the try-lock's holder reads or writes it */
+static bool index_lock;          /* atomic: the try-lock */
 SA_BSS_APART static int32_t index_keys[INDEX_KEYS];
 SA_BSS_APART static int32_t index_chunk[2 * INDEX_CHUNK];
 
 SA_UNWIND_MUTABLE uint32_t unwind_index_keys_max = INDEX_KEYS;
 
-/* The claimed entry for (tag, table, n), ready or not; NULL if none. */
+static bool index_trylock(void) { return !__atomic_exchange_n(&index_lock, true, __ATOMIC_ACQUIRE); }
+static void index_unlock(void) { __atomic_store_n(&index_lock, false, __ATOMIC_RELEASE); }
+
+/* The claimed entry for (tag, table, n); NULL if none. */
 static struct table_index *index_find(uint64_t tag, uintptr_t table, uint64_t n)
 {
     unsigned claimed = __atomic_load_n(&indexes_claimed, __ATOMIC_ACQUIRE);
@@ -578,6 +586,21 @@ static struct table_index *index_find(uint64_t tag, uintptr_t table, uint64_t n)
         if (indexes[i].tag == tag && indexes[i].table == table && indexes[i].n == n)
             return &indexes[i];
     return NULL;
+}
+
+/* Claims an entry, counting, for (tag, table, n): one search so far. */
+static void index_claim(uint64_t tag, uintptr_t table, uint64_t n)
+{
+    if (!index_trylock())
+        return; /* counted from a later search */
+    unsigned i = __atomic_load_n(&indexes_claimed, __ATOMIC_RELAXED);
+    /* Another thread may have claimed it since the caller looked. */
+    if (!index_find(tag, table, n) && i < INDEXED_OBJECTS) {
+        indexes[i] = (struct table_index){.tag = tag, .table = table, .n = n, .searches = 1,
+                                          .state = INDEX_COUNTING};
+        __atomic_store_n(&indexes_claimed, i + 1, __ATOMIC_RELEASE);
+    }
+    index_unlock();
 }
 
 /* Under the try-lock: reads every TABLE_BLOCK-th entry's start of `o`'s
@@ -595,47 +618,49 @@ static bool index_read(const struct object *o, uintptr_t table, uint64_t n, uint
     return true;
 }
 
-/* Builds the index of `o`'s table (the caller found none): ready, or NULL
- * if it cannot be had now (another thread building, no room, a failed
- * read: then never for this object). */
-static const struct table_index *index_build(const struct object *o, uintptr_t table, uint64_t n)
+/* Builds the index of counting entry `ix` for `o`: true if it is ready
+ * now.  Not if another thread holds the try-lock (a later search tries
+ * again); never if there is no room or its table cannot be read. */
+static bool index_build(struct table_index *ix, const struct object *o)
 {
-    if (__atomic_exchange_n(&index_builder, true, __ATOMIC_ACQUIRE))
-        return NULL;
-    const struct table_index *ready = NULL;
-    unsigned i = __atomic_load_n(&indexes_claimed, __ATOMIC_RELAXED);
-    uint64_t nkeys = (n + TABLE_BLOCK - 1) / TABLE_BLOCK;
-    /* Another builder may have made it since the caller looked. */
-    if (!index_find(o->tag, table, n) && i < INDEXED_OBJECTS) {
-        struct table_index *ix = &indexes[i];
-        *ix = (struct table_index){.tag = o->tag, .table = table, .n = n,
-                                   .first = index_keys_used, .state = INDEX_BUILDING};
-        __atomic_store_n(&indexes_claimed, i + 1, __ATOMIC_RELEASE);
+    if (!index_trylock())
+        return false;
+    if (__atomic_load_n(&ix->state, __ATOMIC_RELAXED) == INDEX_COUNTING) {
+        uint64_t nkeys = (ix->n + TABLE_BLOCK - 1) / TABLE_BLOCK;
         uint32_t max = unwind_index_keys_max;
         bool room = index_keys_used <= max && nkeys <= max - index_keys_used;
-        if (room && index_read(o, table, n, index_keys_used)) {
+        if (room && index_read(o, ix->table, ix->n, index_keys_used)) {
+            ix->first = index_keys_used;
             index_keys_used += (uint32_t)nkeys;
             __atomic_store_n(&ix->state, INDEX_READY, __ATOMIC_RELEASE);
-            ready = ix;
             count(&stats.indexes);
         } else {
-            __atomic_store_n(&ix->state, INDEX_NONE, __ATOMIC_RELEASE);
+            __atomic_store_n(&ix->state, INDEX_NONE, __ATOMIC_RELAXED);
         }
     }
-    __atomic_store_n(&index_builder, false, __ATOMIC_RELEASE);
-    return ready;
+    index_unlock();
+    return __atomic_load_n(&ix->state, __ATOMIC_ACQUIRE) == INDEX_READY;
 }
 
-/* The ready index of `o`'s table, built now if it has none yet; NULL if
- * the table is searched without one. */
+/* The ready index of `o`'s table for this search, built now if this is
+ * its INDEX_AFTER_SEARCHES-th (or a later one: the build may have found
+ * the try-lock held); NULL if the table is searched without one. */
 static const struct table_index *index_of(const struct object *o, uintptr_t table, uint64_t n)
 {
     if (!o->file || n < INDEX_MIN_ENTRIES)
         return NULL;
-    const struct table_index *ix = index_find(o->tag, table, n);
-    if (!ix)
-        return index_build(o, table, n);
-    return __atomic_load_n(&ix->state, __ATOMIC_ACQUIRE) == INDEX_READY ? ix : NULL;
+    struct table_index *ix = index_find(o->tag, table, n);
+    if (!ix) {
+        index_claim(o->tag, table, n);
+        return NULL;
+    }
+    unsigned state = __atomic_load_n(&ix->state, __ATOMIC_ACQUIRE);
+    if (state == INDEX_READY)
+        return ix;
+    if (state != INDEX_COUNTING ||
+        __atomic_add_fetch(&ix->searches, 1, __ATOMIC_RELAXED) < INDEX_AFTER_SEARCHES)
+        return NULL;
+    return index_build(ix, o) ? ix : NULL;
 }
 
 /* The ready index of an object (`o`, read from its file) met before:
@@ -655,9 +680,9 @@ static const struct table_index *index_ready(const struct object *o)
 
 void unwind_postfork_child(void)
 {
-    /* A thread that was building is not in the child: its entry stays
-     * unready, its object searched without an index. */
-    __atomic_store_n(&index_builder, false, __ATOMIC_RELAXED);
+    /* The thread that held it is not in the child: the entry it was
+     * building counts on, and a later search builds it again. */
+    index_unlock();
 }
 
 /* The block of the table (its first entry) where the last entry whose

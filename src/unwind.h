@@ -158,6 +158,9 @@ bool sa_link_map_may_unload(const void *link_map);
 #define SA_UNWIND_MUTABLE const
 #endif
 extern SA_UNWIND_MUTABLE bool unwind_use_find_object;
+/* An object read from its file gets an index of its search table at this
+ * search of it (unwind.c), if the table is big enough. */
+#define UNWIND_INDEX_AFTER_SEARCHES 16
 /* How many keys the search tables' indexes may hold in all (unwind.c);
  * tests lower it to have objects go without. */
 extern SA_UNWIND_MUTABLE uint32_t unwind_index_keys_max;
