@@ -1235,6 +1235,79 @@ static void test_unwind_rules_of_one_walk_match_memory(void **state)
     free(in_memory);
 }
 
+struct searcher {
+    const uintptr_t *pcs;
+    unsigned n;
+    uint32_t *rules;
+};
+
+static void *search_all(void *arg)
+{
+    struct searcher *s = arg;
+    unwind_rules_for_test(s->pcs, s->n, s->rules);
+    return NULL;
+}
+
+/* THREADS (4) threads search one big table from its file at once, each every
+ * function of it: one builds the table's index at the 16th search (the
+ * others, meeting its try-lock, search as before meanwhile), and every
+ * thread's rules match memory's. */
+static void test_unwind_index_built_while_threads_search(void **state)
+{
+    (void)state;
+    const char *dir = getenv("TEST_BIN_DIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/libunwind_big.so", dir ? dir : "test/bin");
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", path, dlerror());
+    void *code = dlsym(h, "unwind_big_1000");
+    assert_non_null(code);
+    struct eh_hdr hdr = hdr_of(code);
+    uint32_t n = 0;
+    function_start(&hdr, 0, &n);
+    assert_true(n >= 1024);
+    uintptr_t *pcs = malloc(n * sizeof(*pcs));
+    uint32_t *in_memory = malloc(n * sizeof(*in_memory));
+    uint32_t *from_file = malloc(THREADS * n * sizeof(*from_file));
+    assert_true(pcs && in_memory && from_file);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t unused;
+        pcs[i] = function_start(&hdr, i, &unused) + 1;
+    }
+    bool saved = unwind_file_enabled;
+    unwind_file_enabled = false;
+    unwind_rules_for_test(pcs, n, in_memory);
+    unwind_file_enabled = saved;
+
+    struct unwind_stats before, after;
+    unwind_get_stats(&before);
+    pthread_t tid[THREADS];
+    struct searcher s[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        s[t] = (struct searcher){pcs, n, from_file + (size_t)t * n};
+        assert_int_equal(pthread_create(&tid[t], NULL, search_all, &s[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_join(tid[t], NULL), 0);
+    unwind_get_stats(&after);
+    for (int t = 0; t < THREADS; t++)
+        for (uint32_t i = 0; i < n; i++)
+            if (from_file[(size_t)t * n + i] != in_memory[i])
+                fail_msg("thread %d, function %u of %u: rule %#x from the file, %#x in memory", t,
+                         i, n, from_file[(size_t)t * n + i], in_memory[i]);
+    fprintf(stderr, "# %u searches by %d threads, %lu through the index\n", THREADS * n, THREADS,
+            (unsigned long)(after.indexed - before.indexed));
+    assert_int_equal(after.indexes - before.indexes, 1);
+    /* all but the searches before it was ready: a thread's own 15 at most
+     * before the 16th, the others' while it was being read */
+    assert_true(after.indexed - before.indexed >= (uint64_t)(THREADS - 1) * n);
+    free(pcs);
+    free(in_memory);
+    free(from_file);
+    dlclose(h);
+}
+
 /* Present pages of [lo, hi), page-aligned, from /proc/self/pagemap. */
 static unsigned present_pages(uintptr_t lo, uintptr_t hi)
 {
@@ -1417,6 +1490,7 @@ int main(void)
         cmocka_unit_test(test_unwind_rules_at_known_addresses),
         cmocka_unit_test(test_unwind_rules_from_files_match_memory),
         cmocka_unit_test(test_unwind_rules_of_one_walk_match_memory),
+        cmocka_unit_test(test_unwind_index_built_while_threads_search),
         cmocka_unit_test(test_unwind_reads_tables_without_mapping_them),
         cmocka_unit_test(test_unwind_reads_memory_when_the_file_changed),
         cmocka_unit_test(test_unwind_file_reads_are_no_cancellation_points),
