@@ -320,6 +320,8 @@ test: all tools build/bin/gen_size_classes $(UNIT_TESTS) $(STRESS_TESTS) $(INTEG
 	echo "== bench/bin/sample_cost --check (LD_PRELOAD=lib/libsalloc.so, SALLOC_CONF=lg_prof_sample:12)"; \
 	$(TEST_ENV) SALLOC_CONF=lg_prof_sample:12 LD_PRELOAD=$(CURDIR)/lib/libsalloc.so \
 	    bench/bin/sample_cost --check 1024 200000 || fail=1; \
+	echo "== bench/real_time.py -r 1 sort (salloc, salloc-noprof): the script still runs"; \
+	ALLOCATORS="salloc salloc-noprof" python3 bench/real_time.py -r 1 sort >/dev/null || fail=1; \
 	exit $$fail
 	@if $(FUZZ_PROBE); then $(MAKE) --no-print-directory fuzz-smoke; \
 	else echo "SKIP: fuzzing: clang/libFuzzer not installed"; fi
