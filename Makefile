@@ -163,13 +163,15 @@ $(UNIT_TESTS): test/bin/%: test/unit/%.c test/unit/unit.h test/unit/sites.h buil
 
 # The stack walker's test loads two builds of one library, with different
 # frame sizes, one after the other (test/unit/unwind_lib.c).
-test/bin/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so test/bin/libunwind_big.so
+test/bin/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so test/bin/libunwind_big_a.so test/bin/libunwind_big_b.so
 test/bin/libunwind_a.so test/bin/libunwind_b.so: test/bin/libunwind_%.so: test/unit/unwind_lib.c | test/bin
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared \
 	    -DFRAME_BYTES=$(if $(filter a,$*),4096,65536) -o $@ $<
-# ...and a library of more functions than unwind.c indexes tables from.
-test/bin/libunwind_big.so: test/unit/unwind_big.c | test/bin
-	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+# ...and two builds (other code, other build IDs) of a library of more
+# functions than unwind.c indexes tables from, each searched by one test.
+test/bin/libunwind_big_a.so test/bin/libunwind_big_b.so: test/bin/libunwind_big_%.so: test/unit/unwind_big.c | test/bin
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared \
+	    -DUNWIND_BIG_SALT=$(if $(filter a,$*),0x5a5a,0x3c3c) -o $@ $<
 
 # Stress and integration tests use only the public API; they run with salloc
 # preloaded, so the same binary can be compared against other allocators.
@@ -417,7 +419,7 @@ $(UBSAN_STRESS): test/bin/ubsan/%: test/stress/%.c test/stress/stress_common.h |
 	$(CC) $(TESTFLAGS) -o $@ $< -lcmocka
 
 # test_unwind loads the same libraries as the plain build (TEST_BIN_DIR).
-test/bin/ubsan/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so test/bin/libunwind_big.so
+test/bin/ubsan/test_unwind: test/bin/libunwind_a.so test/bin/libunwind_b.so test/bin/libunwind_big_a.so test/bin/libunwind_big_b.so
 
 test-ubsan: $(UBSAN_UNIT_TESTS) $(UBSAN_STRESS) $(UBSAN_SHLIB) build/bin/gen_size_classes
 	@fail=0; \
