@@ -526,15 +526,16 @@ static struct cursor record_at(const struct object *o, uintptr_t p, uint8_t *buf
  * Read from a file (unwind_file.h), each step of the binary search above
  * the last block is a pread(): 10 for a rule of gcc's cc1 (45,201
  * entries), with the block's, the FDE's and the CIE's 13 in all.  gcc -O2
- * -c src/prof.c at the default rate made 8,833 to 9,768 reads (of 6,611
- * system calls in all, 3,571 with prof:false).  So an object whose table
- * is read from its file gets, at its INDEX_AFTER_SEARCHES-th search, an
- * index: the start of every TABLE_BLOCK-th entry, read once (INDEX_CHUNK
- * entries a read), after which a rule reads the block the index names and
- * the FDE, and the CIE unless the walk has it (file_record_bytes): gcc
- * then made 2,306 to 2,377 reads, and its system time fell from 50.5-58.0
- * ms to 44.7-47.1 (medians of 15 to 30 runs, old and new in turn; with
- * prof:false 31.3-42.8: it moves more between runs than the reads cost).
+ * -c src/prof.c at the default rate made 8,833 to 9,768 reads, where
+ * with prof:false it makes 3,571 system calls in all.  So an object whose
+ * table is read from its file gets, at its INDEX_AFTER_SEARCHES-th search,
+ * an index: the start of every TABLE_BLOCK-th entry, read once
+ * (INDEX_CHUNK entries a read), after which a rule reads the block the
+ * index names and the FDE, and the CIE unless the walk has it
+ * (file_record_bytes): gcc then made 2,306 to 2,377 reads (6,611 calls in
+ * all), and its system time fell from 50.5-58.0 ms to 44.7-47.1 (medians
+ * of 15 to 30 runs, old and new in turn; with prof:false 31.3-42.8: it
+ * moves more between runs than the reads cost).
  *
  * Not at its first search: building one touches 8 KiB of buffer and a
  * page of keys, which a program with a few dozen rules (a small one's,
