@@ -644,8 +644,9 @@ static bool index_build(struct table_index *ix, const struct object *o)
     return __atomic_load_n(&ix->state, __ATOMIC_ACQUIRE) == INDEX_READY;
 }
 
-/* The ready index of `o`'s table for this search, built now if this is
- * its INDEX_AFTER_SEARCHES-th (or a later one: the build may have found
+/* The index of `o`'s table for this search if it is not ready yet (the
+ * caller looked with index_ready): built now if this is its
+ * INDEX_AFTER_SEARCHES-th search (or a later one: the build may have found
  * the try-lock held); NULL if the table is searched without one. */
 static const struct table_index *index_of(const struct object *o, uintptr_t table, uint64_t n)
 {
@@ -665,8 +666,9 @@ static const struct table_index *index_of(const struct object *o, uintptr_t tabl
     return index_build(ix, o) ? ix : NULL;
 }
 
-/* The ready index of an object (`o`, read from its file) met before:
- * its table's address and length without reading its header again. */
+/* The ready index of an object (`o`, read from its file) met before,
+ * found by its tag alone: a walk takes its table's address and length from
+ * it without reading the header again. */
 static const struct table_index *index_ready(const struct object *o)
 {
     if (!o->file)
@@ -718,11 +720,11 @@ static uintptr_t find_fde(const struct object *o, uintptr_t pc)
         return 0;
     uintptr_t table;
     uint64_t n;
-    const struct table_index *ix;
+    const struct table_index *ix = index_ready(o);
     if (o->file && o->file->table) { /* read for an earlier frame of this walk */
         table = o->file->table;
         n = o->file->count;
-    } else if ((ix = index_ready(o))) { /* or for its index */
+    } else if (ix) { /* or for its index */
         table = o->file->table = ix->table;
         n = o->file->count = ix->n;
     } else {
@@ -749,7 +751,7 @@ static uintptr_t find_fde(const struct object *o, uintptr_t pc)
         }
     }
     uint64_t lo = 0, hi = n; /* find the last entry whose start is <= pc */
-    if ((ix = index_of(o, table, n))) {
+    if (ix || (ix = index_of(o, table, n))) {
         lo = index_block(ix, hdr, pc);
         hi = n - lo < TABLE_BLOCK ? n : lo + TABLE_BLOCK;
         count(&stats.indexed);

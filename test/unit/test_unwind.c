@@ -454,8 +454,8 @@ typedef void (*lib_call_fn)(void (*fn)(void *), void *arg);
 
 static void capture_cb(void *arg) { capture_both(arg); }
 
-/* Loads `name` from TEST_BIN_DIR and captures through its function. */
-static void *through_library(const char *name, struct both *b, uintptr_t *at)
+/* Loads test library `name` from TEST_BIN_DIR (test/bin by default). */
+static void *load_test_library(const char *name)
 {
     const char *dir = getenv("TEST_BIN_DIR");
     char path[4096];
@@ -463,6 +463,13 @@ static void *through_library(const char *name, struct both *b, uintptr_t *at)
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         fail_msg("dlopen %s: %s", path, dlerror());
+    return h;
+}
+
+/* Loads `name` from TEST_BIN_DIR and captures through its function. */
+static void *through_library(const char *name, struct both *b, uintptr_t *at)
+{
+    void *h = load_test_library(name);
     lib_call_fn call = (lib_call_fn)dlsym(h, "unwind_lib_call");
     assert_non_null(call);
     *at = (uintptr_t)call;
@@ -1152,19 +1159,6 @@ static void file_rules_match(const void *code, const char *what, bool indexed)
         assert_int_equal(after.indexed, before.indexed);
 }
 
-/* One of test/bin's builds of unwind_big.c (1,202 entries): a table that
- * no other test searches. */
-static void *load_big(const char *name)
-{
-    const char *dir = getenv("TEST_BIN_DIR");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir ? dir : "test/bin", name);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fail_msg("dlopen %s: %s", path, dlerror());
-    return h;
-}
-
 /* A table of 1,024 entries or more gets an index once searched often
  * enough; a smaller one does not (this program's, about 600), nor does a
  * big one before that, nor once the keys run out: then its rules,
@@ -1180,7 +1174,9 @@ static void test_unwind_rules_from_files_match_memory(void **state)
     file_rules_match((const void *)at, "libunwind_a.so", false);
     dlclose(h);
 
-    void *big = load_big("libunwind_big_b.so");
+    /* test/bin's second build of unwind_big.c (1,202 entries), which no
+     * other test searches */
+    void *big = load_test_library("libunwind_big_b.so");
     void *code = dlsym(big, "unwind_big_1000");
     assert_non_null(code);
     struct unwind_stats before, after;
@@ -1265,7 +1261,7 @@ static void *search_all(void *arg)
 static void test_unwind_index_built_while_threads_search(void **state)
 {
     (void)state;
-    void *h = load_big("libunwind_big_a.so");
+    void *h = load_test_library("libunwind_big_a.so");
     void *code = dlsym(h, "unwind_big_1000");
     assert_non_null(code);
     struct eh_hdr hdr = hdr_of(code);
