@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""real_time.py: wall, user and system time of whole real programs under
-each allocator, and what salloc's sampling adds to them.
+"""real_time.py: wall, user and system time and peak resident memory of
+whole real programs under each allocator, and what salloc's sampling adds
+to them.
 
 real_ir.sh counts the instructions these programs run, the same in every
 run, but not the system calls' time: salloc's stack walker reads the
@@ -14,6 +15,12 @@ wait) and the user and system time the kernel charged the program and its
 children (wait4's rusage).  On the shared 2-core VM wall times move 10-25%
 between runs; the system time of a program moves least, so read the
 `sys on-off` column for the walker's reads.
+
+A second table gives the median peak resident memory of each program: the
+largest of its processes' (wait4's ru_maxrss counts the children it
+waited for: gcc's cc1 and as).  The microbenchmarks' peak RSS (compare.sh)
+is mostly the process's own libraries; these programs hold tens of MiB of
+heap, so their ratios say how lean an allocator keeps a real heap.
 
 usage: bench/real_time.py [-r ROUNDS] [PROGRAM...]   (default 15 rounds, all four)
 env: ALLOCATORS, SALLOC_LIB, JEMALLOC_LIB, TCMALLOC_LIB, MIMALLOC_LIB (as real_ir.sh).
@@ -68,7 +75,8 @@ def command_of(program, tmp):
 
 
 def run(cmd, allocator):
-    """(wall, user, sys) seconds of one run of cmd under allocator."""
+    """(wall, user, sys) seconds and peak RSS (KiB) of one run of cmd under
+    allocator."""
     env = dict(os.environ, LD_PRELOAD=LIBS[allocator],
                SALLOC_CONF="prof:false" if allocator == "salloc-noprof" else "")
     with open(os.devnull, "w") as null:
@@ -79,7 +87,7 @@ def run(cmd, allocator):
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         die(f"{allocator}: '{' '.join(cmd)}' exited {child.returncode}")
-    return wall, ru.ru_utime, ru.ru_stime
+    return wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss
 
 
 def main():
@@ -118,6 +126,25 @@ def main():
             if "salloc-noprof" in allocators:
                 on, off = med[(p, "salloc")], med[(p, "salloc-noprof")]
                 extra += "  %6.3f  %+9.1f" % (on[0] / off[0], on[2] - off[2])
+        print(f"{p:<8}{row}{extra}")
+    print_rss(times, cmds, allocators, args.rounds)
+
+
+def print_rss(times, cmds, allocators, rounds):
+    """The peak RSS table: medians in MiB, salloc over the leanest other
+    allocator and over mimalloc (compare.sh's memory ratio)."""
+    rss = {k: statistics.median(x[3] for x in v) / 1024 for k, v in times.items()}
+    print(f"\nmedians of {rounds} runs: peak RSS, MiB")
+    print(f"{'program':<8}" + "".join(f"{a:>14}" for a in allocators)
+          + "  salloc/leanest  salloc/mimalloc")
+    for p in cmds:
+        row = "".join(f"{rss[(p, a)]:>14.1f}" for a in allocators)
+        extra = ""
+        if "salloc" in allocators:
+            others = [rss[(p, a)] for a in OTHERS if a in allocators]
+            extra += "  %14s" % ("%.3f" % (rss[(p, "salloc")] / min(others)) if others else "-")
+            extra += "  %15s" % ("%.3f" % (rss[(p, "salloc")] / rss[(p, "mimalloc")])
+                                 if "mimalloc" in allocators else "-")
         print(f"{p:<8}{row}{extra}")
 
 
