@@ -75,6 +75,32 @@ SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
     return obj;
 }
 
+/* tcache_alloc_fast for a request aligned to `align` (a power of two):
+ * NULL also if the objects of `cls` are not all so aligned, that is if its
+ * size is not a multiple of `align` (spans start on a page; alignments
+ * above a page have no class).  The test reads the size the sampler's
+ * charge loads anyway, where sizeclass_aligned's look-up of the class
+ * table came first and delayed the pop by a dependent load. */
+SA_FAST_PATH void *tcache_alloc_fast_aligned(unsigned cls, size_t align)
+{
+    struct tcache *tc = tcache_get();
+    struct tcache_bin *bin = &tc->bins[cls];
+    void **top = bin->top;
+    if (unlikely((uint16_t)(uintptr_t)top == bin->empty_bits))
+        return NULL;
+    if (unlikely(bin->size & (align - 1)))
+        return NULL;
+    int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
+    if (unlikely(left < 0))
+        return NULL;
+    tc->bytes_until_sample = left;
+    bin->top = top - 1;
+    void *obj = top[-1];
+    if (obj == NULL) /* never (tcache_check): alloc_aligned tests no result */
+        __builtin_unreachable();
+    return obj;
+}
+
 /* The class of a small request, 0 for a larger one: one table load up to
  * 1 KiB. */
 SA_FAST_PATH unsigned small_class_of(size_t size)

@@ -261,6 +261,44 @@ static void test_api_reallocarray(void **state)
     free(p);
 }
 
+/* Aligned requests that the thread cache answers: the stack of the size's
+ * class holds objects (freed just before), so the cached case sees them,
+ * and must refuse those of a class whose size is not a multiple of the
+ * alignment (posix_memalign(64, 80) would get an 80-byte class's object,
+ * aligned to 16 only), as it must take those of one whose size is. */
+static void test_api_aligned_from_cached_stacks(void **state)
+{
+    (void)state;
+    for (size_t align = 32; align <= 8192; align *= 2)
+        for (size_t size = 1; size <= 3 * align + 64 && size <= 20000; size += 1 + size / 8) {
+            void *warm[8];
+            for (int i = 0; i < 8; i++)
+                warm[i] = malloc(i % 2 ? size : align);
+            for (int i = 0; i < 8; i++)
+                free(warm[i]);
+            for (int rep = 0; rep < 3; rep++) {
+                void *p = NULL;
+                assert_int_equal(posix_memalign(&p, align, size), 0);
+                size_t whole = (size + align - 1) & ~(align - 1);
+                void *q = aligned_alloc(align, whole), *m = memalign(align, size);
+                assert_non_null(q);
+                assert_non_null(m);
+                assert_int_equal((uintptr_t)p % align, 0);
+                assert_int_equal((uintptr_t)q % align, 0);
+                assert_int_equal((uintptr_t)m % align, 0);
+                assert_true(malloc_usable_size(p) >= size);
+                assert_true(malloc_usable_size(q) >= whole);
+                assert_true(malloc_usable_size(m) >= size);
+                memset(p, 1, size);
+                memset(q, 2, whole);
+                memset(m, 3, size);
+                free(p);
+                free(q);
+                free(m);
+            }
+        }
+}
+
 static void test_api_alignment_functions(void **state)
 {
     (void)state;
@@ -548,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_api_realloc_large_grows_in_place),
         cmocka_unit_test(test_api_reallocarray),
         cmocka_unit_test(test_api_alignment_functions),
+        cmocka_unit_test(test_api_aligned_from_cached_stacks),
         cmocka_unit_test(test_api_bad_alignments),
         cmocka_unit_test(test_api_invalid_free_aborts_with_message),
         cmocka_unit_test(test_api_malloc_trim_returns_memory),
