@@ -470,8 +470,9 @@ SA_SLOW_PATH void free_slow(void *p, unsigned cls)
 
 /* A cached object of `size` bytes aligned to `align` (a power of two
  * above 16), from the class of the larger of the two if its objects are
- * so aligned, as they are for every size a multiple of `align` up to 128
- * and beyond (sizeclass.h); NULL if they are not, if no class fits (too
+ * so aligned, as they are in today's table whenever the size is a
+ * multiple of `align` (aligned_alloc's sizes; checked for every
+ * alignment up to a page); NULL if they are not, if no class fits (too
  * large, or aligned beyond a page), if the thread's stack has none, or if
  * the allocation is due for sampling. */
 static inline void *alloc_aligned_cached(size_t align, size_t size)

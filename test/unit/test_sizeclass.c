@@ -104,6 +104,18 @@ static void test_sizeclass_aligned_classes(void **state)
     assert_int_equal(sizeclass_aligned(64, SA_PAGE_SIZE * 2), 0);
 }
 
+/* aligned_alloc's cached case (malloc.c, alloc_aligned_cached) takes the
+ * size's own class and refuses it if its objects are not aligned: for a
+ * size that is a multiple of the alignment, the own class must be the
+ * aligned one, or every such request would take the slow way. */
+static void test_sizeclass_multiples_of_an_alignment_keep_it(void **state)
+{
+    (void)state;
+    for (size_t align = 32; align <= SA_PAGE_SIZE; align *= 2)
+        for (size_t size = align; size <= SA_MAX_SMALL; size += align)
+            assert_int_equal(sizeclass_of(size), sizeclass_aligned(size, align));
+}
+
 static char *read_all(FILE *f, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
@@ -184,6 +196,7 @@ int main(void)
         cmocka_unit_test(test_sizeclass_spans_are_the_smallest_for_two_objects),
         cmocka_unit_test(test_sizeclass_lookup_is_a_table),
         cmocka_unit_test(test_sizeclass_aligned_classes),
+        cmocka_unit_test(test_sizeclass_multiples_of_an_alignment_keep_it),
         cmocka_unit_test(test_sizeclass_regeneration_changes_nothing),
         cmocka_unit_test(test_sizeclass_readme_table_is_current),
     };
