@@ -54,15 +54,23 @@ uint64_t malloc_zero_reallocs(void);
 void malloc_boot_modes(void);
 extern bool malloc_every_call_slow;
 
-/* Pops an object of class `cls` if the stack has one and the allocation is
- * not due for sampling; NULL (and nothing changed) otherwise.  The counter
- * is charged only with the pop: tcache_empty is never written. */
-SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
+/* Pops an object of class `cls` if the stack has one, its objects are
+ * aligned to `align` (a power of two: its size is a multiple of it; spans
+ * start on a page, and alignments above a page have no class) and the
+ * allocation is not due for sampling; NULL (and nothing changed)
+ * otherwise.  The counter is charged only with the pop: tcache_empty is
+ * never written.  The alignment test reads the size the sampler's charge
+ * loads anyway (a look-up of the class table before the pop delayed it by
+ * a dependent load); with `align` 1, as tcache_alloc_fast passes it, the
+ * compiler drops it. */
+SA_FAST_PATH void *tcache_alloc_fast_aligned(unsigned cls, size_t align)
 {
     struct tcache *tc = tcache_get();
     struct tcache_bin *bin = &tc->bins[cls];
     void **top = bin->top;
     if (unlikely((uint16_t)(uintptr_t)top == bin->empty_bits))
+        return NULL;
+    if (unlikely(bin->size & (align - 1)))
         return NULL;
     int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
     if (unlikely(left < 0))
@@ -75,31 +83,8 @@ SA_FAST_PATH void *tcache_alloc_fast(unsigned cls)
     return obj;
 }
 
-/* tcache_alloc_fast for a request aligned to `align` (a power of two):
- * NULL also if the objects of `cls` are not all so aligned, that is if its
- * size is not a multiple of `align` (spans start on a page; alignments
- * above a page have no class).  The test reads the size the sampler's
- * charge loads anyway, where sizeclass_aligned's look-up of the class
- * table came first and delayed the pop by a dependent load. */
-SA_FAST_PATH void *tcache_alloc_fast_aligned(unsigned cls, size_t align)
-{
-    struct tcache *tc = tcache_get();
-    struct tcache_bin *bin = &tc->bins[cls];
-    void **top = bin->top;
-    if (unlikely((uint16_t)(uintptr_t)top == bin->empty_bits))
-        return NULL;
-    if (unlikely(bin->size & (align - 1)))
-        return NULL;
-    int64_t left = tc->bytes_until_sample - (int64_t)bin->size;
-    if (unlikely(left < 0))
-        return NULL;
-    tc->bytes_until_sample = left;
-    bin->top = top - 1;
-    void *obj = top[-1];
-    if (obj == NULL) /* never (tcache_check): alloc_aligned tests no result */
-        __builtin_unreachable();
-    return obj;
-}
+/* tcache_alloc_fast_aligned of any object of the class. */
+SA_FAST_PATH void *tcache_alloc_fast(unsigned cls) { return tcache_alloc_fast_aligned(cls, 1); }
 
 /* The class of a small request, 0 for a larger one: one table load up to
  * 1 KiB. */
